@@ -1,0 +1,39 @@
+# gpuplace: `make quickstart` sets up and runs the main job; `make test` runs the tests.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+UV := $(VENV)/bin/uv
+PYTHON ?= python3
+
+.PHONY: setup quickstart test check lint types contracts bench lock
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv
+	$(UV) pip install --quiet --python $(PY) -r requirements.lock
+	$(UV) pip install --quiet --python $(PY) --no-deps -e .
+	touch $@
+
+quickstart: setup
+	$(VENV)/bin/gpuplace quickstart
+
+test: setup
+	$(PY) -m pytest -q
+
+check: lint types contracts
+
+lint: setup
+	$(VENV)/bin/ruff check service models placement training tests
+
+types: setup
+	$(VENV)/bin/mypy
+
+contracts: setup
+	$(VENV)/bin/lint-imports
+
+bench: setup
+	$(PY) tests/benchmarks/bench_ingest.py
+
+lock:
+	$(UV) pip compile --quiet pyproject.toml --extra dev -o requirements.lock

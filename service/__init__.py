@@ -1,0 +1,1 @@
+"""The face of gpuplace: the command line and (later) the REST service."""

@@ -1,0 +1,38 @@
+"""The ``gpuplace`` command: wires the sub-commands and turns bad input into exit code 2."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import typer
+from rich.console import Console
+
+from placement.errors import InputError
+from service import cli_cluster, cli_data, quickstart
+
+app = typer.Typer(name="gpuplace", help="Resource estimation and placement for deep-learning jobs on GPU clusters.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app.add_typer(cli_data.app, name="data")
+app.add_typer(cli_cluster.app, name="cluster")
+app.command("quickstart")(quickstart.run)
+
+INPUT_ERRORS = (InputError,)
+EXIT_BAD_INPUT = 2
+
+
+def main() -> None:
+    """Entry point of the console script."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        app()
+    except INPUT_ERRORS as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except KeyError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {exc.args[0]}", highlight=False, soft_wrap=True)
+        sys.exit(EXIT_BAD_INPUT)
+
+
+if __name__ == "__main__":
+    main()
