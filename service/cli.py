@@ -6,10 +6,10 @@ import logging
 import sys
 
 import typer
-from rich.console import Console
 
 from placement.errors import InputError
 from service import cli_cluster, cli_data, quickstart
+from service.console import make_console
 
 app = typer.Typer(name="gpuplace", help="Resource estimation and placement for deep-learning jobs on GPU clusters.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -27,10 +27,10 @@ def main() -> None:
     try:
         app()
     except INPUT_ERRORS as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        make_console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(EXIT_BAD_INPUT)
     except KeyError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc.args[0]}", highlight=False, soft_wrap=True)
+        make_console(stderr=True).print(f"[bold red]error:[/] {exc.args[0]}", highlight=False, soft_wrap=True)
         sys.exit(EXIT_BAD_INPUT)
 
 

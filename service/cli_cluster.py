@@ -6,15 +6,15 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from placement.cluster import Cluster
 from placement.cluster_io import CLUSTERS, load_cluster
 from placement.topology import DEFAULT_RACK_SIZE, DEFAULT_RACKS_PER_DOMAIN, dump_topology_yaml
+from service.console import make_console
 
 app = typer.Typer(help="Clusters: machines, GPUs, racks and domains.", no_args_is_help=True)
-console = Console()
+console = make_console()
 
 ClusterArg = Annotated[str, typer.Argument(help=f"{', '.join(CLUSTERS)}, or a machine spec file")]
 TopologyOpt = Annotated[Path | None, typer.Option(help="YAML topology file (default: derived rule)")]

@@ -7,16 +7,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from service.console import make_console
 from service.workdir import tables_dir
 from training.describe import human_duration, summarise
 from training.sources import SOURCES, get_source
 from training.tables import write_tables
 
 app = typer.Typer(help="Trace sources and the canonical job table.", no_args_is_help=True)
-console = Console()
+console = make_console()
 
 
 @app.command("list")

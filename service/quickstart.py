@@ -7,17 +7,17 @@ describes them, and describes the shipped clusters.
 from __future__ import annotations
 
 import pandas as pd
-from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
 from service.cli_cluster import cluster_table
+from service.console import make_console
 from service.workdir import tables_dir
 from training.describe import human_duration, summarise
 from training.sources import SOURCES
 from training.tables import write_tables
 
-console = Console()
+console = make_console()
 
 
 def run() -> None:

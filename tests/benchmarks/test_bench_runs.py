@@ -1,0 +1,24 @@
+"""The benchmarks still run (a small, fast mode). Their figures are printed, never asserted on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_ingest_benchmark_runs_and_writes_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "ingest.json"
+    command = [sys.executable, "tests/benchmarks/bench_ingest.py", "--instances", "20000", "--out", str(out)]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(out.read_text())
+    assert figures["instances"] == 20000
+    assert figures["rows_per_s_load"] > 0 and figures["peak_rss_gib"] > 0
+    assert "instance rows/s" in proc.stdout
