@@ -8,7 +8,7 @@ import sys
 import typer
 
 from placement.errors import InputError
-from service import cli_cluster, cli_data, quickstart
+from service import cli_cluster, cli_data, cli_models, quickstart
 from service.console import make_console
 
 app = typer.Typer(name="gpuplace", help="Resource estimation and placement for deep-learning jobs on GPU clusters.",
@@ -16,6 +16,7 @@ app = typer.Typer(name="gpuplace", help="Resource estimation and placement for d
 app.add_typer(cli_data.app, name="data")
 app.add_typer(cli_cluster.app, name="cluster")
 app.command("quickstart")(quickstart.run)
+app.command("evaluate")(cli_models.evaluate)
 
 INPUT_ERRORS = (InputError,)
 EXIT_BAD_INPUT = 2
