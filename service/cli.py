@@ -17,6 +17,9 @@ app.add_typer(cli_data.app, name="data")
 app.add_typer(cli_cluster.app, name="cluster")
 app.command("quickstart")(quickstart.run)
 app.command("evaluate")(cli_models.evaluate)
+app.command("train")(cli_models.train)
+app.command("predict")(cli_models.predict)
+app.add_typer(cli_models.models_app, name="models")
 
 INPUT_ERRORS = (InputError,)
 EXIT_BAD_INPUT = 2

@@ -13,8 +13,10 @@ from rich.progress import Progress
 from rich.table import Table
 
 from service.console import make_console
-from service.workdir import home
+from service.workdir import home, mlflow_uri
 from training.targets import TARGETS
+
+DEFAULT_MODEL_NAME = "gpuplace-estimators"
 
 console = make_console()
 
@@ -53,3 +55,85 @@ def estimator_table(report: dict[str, Any]) -> Table:
         table.add_row(f"[dim]{name} (in-sample reference)[/]", f"{e['mae']:,.1f}", f"{e['medae']:,.1f}",
                       f"{e['male']:.4f}", "-", "")
     return table
+
+
+NameOpt = Annotated[str, typer.Option("--name", help="registered model name")]
+models_app = typer.Typer(help="The model registry: versions, aliases, promotion.", no_args_is_help=True)
+
+
+def _registry(name: str) -> Any:
+    from models.registry import ModelRegistry
+
+    home().mkdir(parents=True, exist_ok=True)
+    return ModelRegistry(mlflow_uri(), name, artifact_root=home() / "mlartifacts")
+
+
+def train(
+    source: Annotated[list[str] | None, typer.Option(help="source(s) to learn from (default pai2020-jobs)")] = None,
+    algo: Annotated[str, typer.Option(help="model family: lgbm or rf")] = "rf",
+    seed: Annotated[int, typer.Option(help="seed of every stochastic part")] = 0,
+    test_share: Annotated[float, typer.Option(min=0.05, max=0.9, help="later share of jobs held out")] = 0.3,
+    name: NameOpt = DEFAULT_MODEL_NAME,
+) -> None:
+    """Train a bundle on real traces, log it to MLflow and register it as the challenger."""
+    from training.train import train_and_register
+
+    registry = _registry(name)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("training", total=None)
+        result = train_and_register(registry, source or ["pai2020-jobs"], algo, seed, test_share,
+                                    progress=lambda text: progress.update(task, description=text))
+    for report in result.reports.values():
+        console.print(estimator_table(report))
+    console.print(f"registered {name} version {result.version} (alias challenger), run {result.run_id}")
+
+
+@models_app.command("list")
+def list_versions(name: NameOpt = DEFAULT_MODEL_NAME) -> None:
+    """Versions, aliases and headline metrics."""
+    table = Table("version", "aliases", "algo", "sources", "duration MALE", "P90 coverage", "best baseline MALE",
+                  title=f"registered model {name} ({mlflow_uri()})")
+    for info in _registry(name).versions():
+        baselines = [v for k, v in info.metrics.items() if ".baseline." in k and k.endswith(".male")]
+        metric = info.metrics.get
+        table.add_row(info.version, ", ".join(info.aliases), info.params.get("algo", ""),
+                      info.params.get("sources", ""), _fmt(metric("duration.model.male")),
+                      _fmt(metric("duration.model.p90_coverage")), _fmt(min(baselines) if baselines else None))
+    console.print(table)
+
+
+@models_app.command("promote")
+def promote(name: NameOpt = DEFAULT_MODEL_NAME,
+            margin: Annotated[float, typer.Option(min=0.0, help="required MALE improvement")] = 0.0) -> None:
+    """Make the challenger the champion if it beats the champion on the same holdout."""
+    from training.promote import promote as gate
+
+    decision = gate(_registry(name), margin)
+    verdict = "[green]promoted[/]" if decision.promoted else "[yellow]not promoted[/]"
+    console.print(f"{verdict}: challenger {decision.challenger}, champion before {decision.champion_before}: "
+                  f"{decision.reason}")
+
+
+def predict(
+    job: Annotated[str, typer.Option(help="job description as JSON text, or @file.json (an object or a list)")],
+    version: Annotated[str, typer.Option(help="alias or version number")] = "champion",
+    name: NameOpt = DEFAULT_MODEL_NAME,
+) -> None:
+    """Estimate what a job will need, with P50 and P90, from a registered bundle."""
+    import json
+
+    import pandas as pd
+
+    text = Path(job[1:]).read_text() if job.startswith("@") else job
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"--job is not valid JSON: {exc}") from exc
+    rows = payload if isinstance(payload, list) else [payload]
+    _, bundle = _registry(name).load(version)
+    result = bundle.predict(None, pd.DataFrame(rows))
+    typer.echo(result.to_json(orient="records", indent=2))
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"

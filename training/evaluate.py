@@ -18,6 +18,7 @@ from models.calibrated import CalibratedEstimator, depth_labels
 from models.prediction import FloatArray, Prediction
 from models.protocol import Estimator
 from training.features import TargetSpec, build_features, target_rows
+from training.history import HistoryState
 from training.metrics import scores
 
 REFERENCE_COLUMNS = {"duration_s": ("ref_user_dur_s", "ref_group_dur_s", "ref_group_gpu_dur_s")}
@@ -30,17 +31,19 @@ class Split:
     train: np.ndarray
     test: np.ndarray
     table: pd.DataFrame
+    state: HistoryState
+    test_share: float
 
 
 def time_split(table: pd.DataFrame, spec: TargetSpec, test_share: float = 0.3) -> Split:
     """Features for all rows; labelled rows in submission order, the last ``test_share`` held out."""
-    features = build_features(table, spec)
+    features, state = build_features(table, spec)
     rows = target_rows(table, spec)
     submit = table["submit_time_s"].to_numpy(dtype=float)[rows]
     rows = rows[np.argsort(np.nan_to_num(submit, nan=-np.inf), kind="stable")]
     cut = round(len(rows) * (1.0 - test_share))
     target = table[spec.column].to_numpy(dtype=float)
-    return Split(features, target, rows[:cut], rows[cut:], table)
+    return Split(features, target, rows[:cut], rows[cut:], table, state, test_share)
 
 
 def baselines(spec: TargetSpec) -> dict[str, Estimator]:

@@ -22,7 +22,7 @@ import pandas as pd
 
 from placement.gpu_types import KNOWN_TYPES
 from training.activity import activity_features
-from training.history import causal_history
+from training.history import STATS, HistoryState, causal_history, key_tuples
 from training.schema import ROLES
 
 GPU_CODES = {name: code for code, name in enumerate(sorted(KNOWN_TYPES))}
@@ -59,16 +59,40 @@ def gpu_type_key(table: pd.DataFrame) -> pd.Series:
     return constraint
 
 
-def build_features(table: pd.DataFrame, spec: TargetSpec) -> pd.DataFrame:
-    """The feature frame of ``table`` (any row order) for ``spec``, index aligned with ``table``."""
+def _with_keys(table: pd.DataFrame) -> pd.DataFrame:
     total = (table["req_gpu"] * table["instances"].astype("float64")).round(3)
-    work = table.assign(gpu_key=gpu_type_key(table), size_key=total.astype("string"))
-    history, _ = causal_history(work, spec.column, spec.keys)
-    parts = [history]
-    if spec.activity_keys:
-        parts.append(activity_features(work, {k: spec.keys[k] for k in spec.activity_keys}))
-    parts.append(_own_features(work, spec))
-    parts.append(hyperparameter_features(work["hyperparams"]))
+    return table.assign(gpu_key=gpu_type_key(table), size_key=total.astype("string"))
+
+
+def build_features(table: pd.DataFrame, spec: TargetSpec) -> tuple[pd.DataFrame, HistoryState]:
+    """The causal feature frame of ``table`` (any row order) for ``spec``, index aligned with ``table``,
+    and the history state after every finished job (what serving starts from)."""
+    work = _with_keys(table)
+    history, state = causal_history(work, spec.column, spec.keys)
+    activity = activity_features(work, {k: spec.keys[k] for k in spec.activity_keys}) if spec.activity_keys else None
+    return _assemble(work, spec, history, activity), state
+
+
+def online_features(jobs: pd.DataFrame, spec: TargetSpec, state: HistoryState,
+                    activity: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Features of newly submitted ``jobs`` against ``state`` (all jobs finished so far).
+
+    ``activity`` holds the ``act_*`` columns of the jobs if the caller knows what is running now (the
+    service does); without it they are NaN, as for a key with nothing running.
+    """
+    work = _with_keys(jobs)
+    tuples = key_tuples(work, spec.keys)
+    stats = {name: np.array([state.lookup(name, kv) for kv in tuples[name]]).reshape(len(work), len(STATS))
+             for name in spec.keys}
+    history = pd.DataFrame({f"hist_{name}_{stat}": stats[name][:, s] for name in spec.keys
+                            for s, stat in enumerate(STATS)}, index=work.index)
+    return _assemble(work, spec, history, activity)
+
+
+def _assemble(work: pd.DataFrame, spec: TargetSpec, history: pd.DataFrame,
+              activity: pd.DataFrame | None) -> pd.DataFrame:
+    parts = [history] + ([activity] if activity is not None else [])
+    parts += [_own_features(work, spec), hyperparameter_features(work["hyperparams"])]
     frame = pd.concat(parts, axis=1)
     frame["baseline"] = _first_available(frame, [f"hist_{k}_median" for k in spec.baseline_chain])
     frame["depth"] = frame[f"hist_{spec.depth_key}_n"]

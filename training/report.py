@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from training import plots
-from training.evaluate import baselines, evaluate, models, time_split
+from training.evaluate import Split, baselines, evaluate, models, time_split
 from training.sources import get_source
 from training.targets import target_spec
 
@@ -24,10 +24,15 @@ def run_report(source: str, target: str, out: Path, seed: int = 0, test_share: f
                progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Evaluate every baseline and model family; write ``report.json`` and plots under ``out``."""
     spec = target_spec(source, target)
-    table = get_source(source).load()
-    split = time_split(table, spec, test_share)
-    estimators = {**baselines(spec), **models(seed, families)}
-    result = evaluate(split, estimators, progress)
+    split = time_split(get_source(source).load(), spec, test_share)
+    result = evaluate(split, {**baselines(spec), **models(seed, families)}, progress)
+    return write_report(source, target, split, result, families, out, seed)
+
+
+def write_report(source: str, target: str, split: Split, result: dict[str, Any], families: tuple[str, ...],
+                 out: Path, seed: int) -> dict[str, Any]:
+    """Write the JSON report and the plots of an evaluation ``result``; return the report."""
+    spec = target_spec(source, target)
     actual = split.target[split.test]
     unit = UNITS.get(spec.column, "")
     best_baseline = min((n for n in result["estimators"] if n not in families),
@@ -38,8 +43,8 @@ def run_report(source: str, target: str, out: Path, seed: int = 0, test_share: f
              plots.error_by_depth(result["estimators"], out / "error_by_depth.png")]
     report = {
         "source": source, "target": target, "column": spec.column, "unit": unit, "seed": seed,
-        "split": {"train_rows": len(split.train), "test_rows": len(split.test), "test_share": test_share,
-                  "order": "submit_time_s"},
+        "split": {"train_rows": len(split.train), "test_rows": len(split.test),
+                  "test_share": split.test_share, "order": "submit_time_s"},
         "estimators": result["estimators"], "best_causal_baseline": best_baseline,
         "reference_in_sample": result["reference"],
         "reference_note": "source-published estimates averaged over the whole trace, including each job itself: "

@@ -1,0 +1,108 @@
+"""The MLflow model registry, behind a small interface: versions, aliases, loading.
+
+The tracking and registry store defaults to a SQLite file in gpuplace's working folder
+(``sqlite:///<home>/mlflow.db``, artifacts in ``<home>/mlartifacts``); any MLflow tracking URI can be
+given instead (``GPUPLACE_MLFLOW_URI``). New versions get the alias ``challenger``; ``champion`` is
+what the service answers with. An alias move is one registry call, so a promotion is atomic.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mlflow
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+
+CHAMPION = "champion"
+CHALLENGER = "challenger"
+DEFAULT_NAME = "gpuplace-estimators"
+EXPERIMENT = "gpuplace"
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """One registered version with its aliases and the headline metrics of the run that made it."""
+
+    version: str
+    run_id: str
+    aliases: tuple[str, ...]
+    created_ms: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
+
+
+def default_uri(home: Path) -> str:
+    return f"sqlite:///{(home / 'mlflow.db').resolve()}"
+
+
+class ModelRegistry:
+    """Versions and aliases of one registered model (``name``) in one MLflow store."""
+
+    def __init__(self, tracking_uri: str, name: str = DEFAULT_NAME, artifact_root: Path | None = None) -> None:
+        self.tracking_uri = tracking_uri
+        self.name = name
+        self.artifact_root = artifact_root
+        mlflow.set_tracking_uri(tracking_uri)
+        mlflow.set_registry_uri(tracking_uri)
+        self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+
+    def experiment_id(self) -> str:
+        """The experiment training runs go to (created with artifacts under ``artifact_root``)."""
+        found = self.client.get_experiment_by_name(EXPERIMENT)
+        if found is not None:
+            return str(found.experiment_id)
+        location = self.artifact_root.resolve().as_uri() if self.artifact_root is not None else None
+        return str(self.client.create_experiment(EXPERIMENT, artifact_location=location))
+
+    def alias_version(self, alias: str) -> str | None:
+        """The version that carries ``alias``, or ``None``."""
+        try:
+            return str(self.client.get_model_version_by_alias(self.name, alias).version)
+        except MlflowException:
+            return None
+
+    def set_alias(self, alias: str, version: str) -> None:
+        self.client.set_registered_model_alias(self.name, alias, version)
+        log.info("alias moved", extra={"model": self.name, "alias": alias, "version": version})
+
+    def versions(self) -> list[VersionInfo]:
+        """All versions, newest first, with the metrics and parameters of their training runs."""
+        try:
+            found = self.client.search_model_versions(f"name='{self.name}'")
+        except MlflowException:
+            return []
+        aliases: dict[str, list[str]] = {}
+        for alias, version in self.client.get_registered_model(self.name).aliases.items():
+            aliases.setdefault(str(version), []).append(alias)
+        infos = []
+        for mv in found:
+            run = self.client.get_run(mv.run_id) if mv.run_id else None
+            infos.append(VersionInfo(str(mv.version), mv.run_id or "", tuple(sorted(aliases.get(str(mv.version), []))),
+                                     int(mv.creation_timestamp or 0), dict(run.data.metrics) if run else {},
+                                     dict(run.data.params) if run else {}))
+        return sorted(infos, key=lambda v: int(v.version), reverse=True)
+
+    def load(self, alias_or_version: str) -> tuple[str, Any]:
+        """The version number and Python object of ``'champion'``, ``'challenger'`` or a version like ``'3'``.
+
+        The object is stamped with its version (``set_version``) so that it answers with it.
+        """
+        version = alias_or_version if alias_or_version.isdigit() else self.alias_version(alias_or_version)
+        if version is None:
+            raise LookupError(f"model {self.name!r} has no version with alias {alias_or_version!r}")
+        model = mlflow.pyfunc.load_model(f"models:/{self.name}/{version}").unwrap_python_model()
+        if hasattr(model, "set_version"):
+            model.set_version(version)
+        return version, model
+
+    def run_info(self, version: str) -> VersionInfo:
+        for info in self.versions():
+            if info.version == version:
+                return info
+        raise KeyError(f"model {self.name!r} has no version {version}")
