@@ -69,7 +69,9 @@ class CalibratedEstimator:
         self.feature_names_ = list(features.columns)
         learner: QuantileLearner = LEARNERS[self.family](seed=self.seed, params=self.params)
         self.learner_ = learner.fit(features.iloc[:split], z[:split])
-        cal = features.iloc[split:]
+        self.baseline_index_ = self.feature_names_.index(self.baseline_column)
+        self.depth_index_ = self.feature_names_.index(self.depth_column)
+        cal = features.iloc[split:].to_numpy(dtype=float)
         p50, p90 = self.learner_.predict_quantiles(cal)
         base = self._baseline(cal)
         buckets = self._buckets(cal)
@@ -78,11 +80,15 @@ class CalibratedEstimator:
 
     def predict(self, features: pd.DataFrame) -> Prediction:
         check_fitted(self, "learner_")
-        frame = features[self.feature_names_]
-        p50, p90 = self.learner_.predict_quantiles(frame)
-        buckets = self._buckets(frame)
+        return self.predict_matrix(features[self.feature_names_].to_numpy(dtype=float))
+
+    def predict_matrix(self, matrix: FloatArray) -> Prediction:
+        """Predict from a float matrix whose columns are ``feature_names_`` (the serving fast path)."""
+        check_fitted(self, "learner_")
+        p50, p90 = self.learner_.predict_quantiles(matrix)
+        buckets = self._buckets(matrix)
         weight = self.weights_[buckets]
-        z50 = weight * p50 + (1.0 - weight) * self._baseline(frame)
+        z50 = weight * p50 + (1.0 - weight) * self._baseline(matrix)
         z90 = z50 + np.maximum(p90 - p50, 0.0) + self.offsets_[buckets]
         y50 = np.maximum(np.expm1(z50), 0.0)
         return Prediction(y50, y50, np.maximum(np.expm1(z90), y50), self.version)
@@ -90,15 +96,15 @@ class CalibratedEstimator:
     def raw_quantiles(self, features: pd.DataFrame) -> tuple[FloatArray, FloatArray]:
         """The learner's uncalibrated P50 and P90, in the target's unit (to report calibration)."""
         check_fitted(self, "learner_")
-        p50, p90 = self.learner_.predict_quantiles(features[self.feature_names_])
+        p50, p90 = self.learner_.predict_quantiles(features[self.feature_names_].to_numpy(dtype=float))
         return np.maximum(np.expm1(p50), 0.0), np.maximum(np.expm1(p90), 0.0)
 
-    def _baseline(self, frame: pd.DataFrame) -> FloatArray:
-        raw = frame[self.baseline_column].to_numpy(dtype=float)
+    def _baseline(self, matrix: FloatArray) -> FloatArray:
+        raw = matrix[:, self.baseline_index_]
         return np.where(np.isnan(raw), self.fallback_, np.log1p(np.maximum(raw, 0.0)))
 
-    def _buckets(self, frame: pd.DataFrame) -> np.ndarray:
-        depth = np.nan_to_num(frame[self.depth_column].to_numpy(dtype=float), nan=0.0)
+    def _buckets(self, matrix: FloatArray) -> np.ndarray:
+        depth = np.nan_to_num(matrix[:, self.depth_index_], nan=0.0)
         buckets: np.ndarray = np.searchsorted(np.asarray(self.depth_edges), depth, side="right")
         return buckets
 

@@ -27,9 +27,11 @@ RF_DEFAULTS: dict[str, Any] = {"n_estimators": 120, "min_samples_leaf": 5, "max_
 
 
 class QuantileLearner(Protocol):
+    """Fits on a feature frame; predicts from the same columns as a float matrix."""
+
     def fit(self, features: pd.DataFrame, target: FloatArray) -> Self: ...
 
-    def predict_quantiles(self, features: pd.DataFrame) -> tuple[FloatArray, FloatArray]: ...
+    def predict_quantiles(self, matrix: FloatArray) -> tuple[FloatArray, FloatArray]: ...
 
 
 class LightGBMLearner:
@@ -45,9 +47,9 @@ class LightGBMLearner:
         self.upper_ = lgb.LGBMRegressor(objective="quantile", alpha=0.9, **params).fit(features, target)
         return self
 
-    def predict_quantiles(self, features: pd.DataFrame) -> tuple[FloatArray, FloatArray]:
-        p50 = np.asarray(self.median_.predict(features), dtype=float)
-        p90 = np.asarray(self.upper_.predict(features), dtype=float)
+    def predict_quantiles(self, matrix: FloatArray) -> tuple[FloatArray, FloatArray]:
+        p50 = np.asarray(self.median_.booster_.predict(matrix), dtype=float)
+        p90 = np.asarray(self.upper_.booster_.predict(matrix), dtype=float)
         return p50, p90
 
 
@@ -63,9 +65,9 @@ class ForestLearner:
         self.forest_ = RandomForestRegressor(**params).fit(features.fillna(-1.0).to_numpy(), target)
         return self
 
-    def predict_quantiles(self, features: pd.DataFrame) -> tuple[FloatArray, FloatArray]:
-        matrix = features.fillna(-1.0).to_numpy()
-        per_tree = np.stack([tree.predict(matrix) for tree in self.forest_.estimators_])
+    def predict_quantiles(self, matrix: FloatArray) -> tuple[FloatArray, FloatArray]:
+        dense = np.ascontiguousarray(np.nan_to_num(matrix, nan=-1.0), dtype=np.float32)
+        per_tree = np.stack([tree.predict(dense, check_input=False) for tree in self.forest_.estimators_])
         p50, p90 = np.quantile(per_tree, [0.5, 0.9], axis=0)
         return np.asarray(p50, dtype=float), np.asarray(p90, dtype=float)
 

@@ -22,3 +22,13 @@ def test_ingest_benchmark_runs_and_writes_its_figures(tmp_path: Path) -> None:
     assert figures["instances"] == 20000
     assert figures["rows_per_s_load"] > 0 and figures["peak_rss_gib"] > 0
     assert "instance rows/s" in proc.stdout
+
+
+@pytest.mark.slow
+def test_predict_benchmark_runs_and_writes_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "predict.json"
+    command = [sys.executable, "tests/benchmarks/bench_predict.py", "--algo", "lgbm", "--fast", "--out", str(out)]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(out.read_text())
+    assert figures["calls"] == 50 and figures["single_p99_ms"] > 0 and figures["batch_jobs_per_s"] > 0
