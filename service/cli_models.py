@@ -27,20 +27,32 @@ def evaluate(
     out: Annotated[Path | None, typer.Option(help="folder for report.json and plots")] = None,
     seed: Annotated[int, typer.Option(help="seed of every stochastic part")] = 0,
     test_share: Annotated[float, typer.Option(min=0.05, max=0.9, help="later share of jobs held out")] = 0.3,
+    every: Annotated[bool, typer.Option("--all", help="every target of every shipped source")] = False,
 ) -> None:
     """Fit baselines and models on earlier jobs, score them on later ones; write JSON and PNG plots."""
+    import json
+
     from training.report import run_report  # imports the ML stack: only when a command needs it
+    from training.sources import SOURCES
 
-    folder = out or home() / "reports" / f"{source}-{target}"
+    pairs = [(s, t) for s, targets in TARGETS.items() if SOURCES[s].shipped for t in targets] if every \
+        else [(source, target)]
+    base = out or home() / "reports"
+    summary: dict[str, Any] = {}
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("loading and building features", total=None)
+        task = progress.add_task("evaluating", total=len(pairs))
+        for src, tgt in pairs:
+            def step(name: str, prefix: str = f"{src} {tgt}") -> None:
+                progress.update(task, description=f"{prefix}: fitting {name}")
 
-        def step(name: str) -> None:
-            progress.update(task, description=f"fitting {name}")
-
-        report = run_report(source, target, folder, seed=seed, test_share=test_share, progress=step)
-    console.print(estimator_table(report))
-    console.print(f"report and plots: {folder}")
+            report = run_report(src, tgt, base / f"{src}-{tgt}", seed=seed, test_share=test_share, progress=step)
+            summary[f"{src}/{tgt}"] = {n: {k: e[k] for k in ("male", "p90_coverage", "mae")}
+                                       for n, e in report["estimators"].items()}
+            progress.advance(task)
+            console.print(estimator_table(report))
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "summary.json").write_text(json.dumps(summary, indent=2))
+    console.print(f"reports and plots under {base}")
 
 
 def estimator_table(report: dict[str, Any]) -> Table:

@@ -33,6 +33,7 @@ class Split:
     table: pd.DataFrame
     state: HistoryState
     test_share: float
+    column: str
 
 
 def time_split(table: pd.DataFrame, spec: TargetSpec, test_share: float = 0.3) -> Split:
@@ -43,7 +44,7 @@ def time_split(table: pd.DataFrame, spec: TargetSpec, test_share: float = 0.3) -
     rows = rows[np.argsort(np.nan_to_num(submit, nan=-np.inf), kind="stable")]
     cut = round(len(rows) * (1.0 - test_share))
     target = table[spec.column].to_numpy(dtype=float)
-    return Split(features, target, rows[:cut], rows[cut:], table, state, test_share)
+    return Split(features, target, rows[:cut], rows[cut:], table, state, test_share, spec.column)
 
 
 def baselines(spec: TargetSpec) -> dict[str, Estimator]:
@@ -54,8 +55,8 @@ def baselines(spec: TargetSpec) -> dict[str, Estimator]:
         keys = chain[len(chain) - 1 - i:]  # coarsest first: user, then group+user, ...
         found[f"mean:{keys[0]}"] = HistoryBaseline([f"hist_{k}_mean" for k in keys], name=f"mean:{keys[0]}")
     found[f"median:{chain[0]}"] = HistoryBaseline(["baseline"], name=f"median:{chain[0]}")
-    if spec.column in ("req_gpu", "req_cpu_cores", "req_mem_gib"):
-        found["request"] = RequestBaseline(spec.column)
+    if spec.request_baseline is not None:
+        found["request"] = RequestBaseline(spec.request_baseline)
     return found
 
 
@@ -84,7 +85,7 @@ def evaluate(split: Split, estimators: dict[str, Estimator],
             entry["raw_male"] = scores(raw50, raw90, y_test)["male"]
             entry["blend_weights"] = dict(zip(depth_labels(), estimator.weights_.tolist(), strict=True))
         results[name] = entry
-    return {"estimators": results, "reference": references(split), "predictions": predictions}
+    return {"estimators": results, "reference": references(split, split.column), "predictions": predictions}
 
 
 def by_depth(predicted: Prediction, actual: FloatArray, depth: FloatArray) -> dict[str, dict[str, float]]:
@@ -98,12 +99,12 @@ def by_depth(predicted: Prediction, actual: FloatArray, depth: FloatArray) -> di
     return out
 
 
-def references(split: Split) -> dict[str, dict[str, float]]:
-    """The source's own published estimates on the test rows (in-sample: they include the job)."""
+def references(split: Split, column_of_target: str) -> dict[str, dict[str, float]]:
+    """The source's own published estimates of the target on the test rows (in-sample: they include the job)."""
     test = split.table.iloc[split.test]
     actual = split.target[split.test]
     found = {}
-    for column in REFERENCE_COLUMNS.get("duration_s", ()):
+    for column in REFERENCE_COLUMNS.get(column_of_target, ()):
         values = test[column].to_numpy(dtype=float)
         if not np.isnan(values).all():
             found[column] = scores(values, np.full(len(values), np.nan), actual)

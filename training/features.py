@@ -48,6 +48,8 @@ class TargetSpec:
     exclude_requests: tuple[str, ...] = field(default=())
     censoring_matters: bool = True
     """False for labels known in full at submission (a request): censored rows keep their label."""
+    request_baseline: str | None = None
+    """The request column that is the user's own estimate of this target (for observed usage)."""
 
     def request_columns(self) -> list[str]:
         return [c for c in self.requests if c not in self.exclude_requests]

@@ -15,7 +15,7 @@ from training.sources import get_source
 from training.targets import target_spec
 
 
-@pytest.fixture(scope="module", params=[("pai2020-jobs", "duration"), ("dlrm2025", "bandwidth"),
+@pytest.fixture(scope="module", params=[("pai2020-jobs", "duration"), ("dlrm2025", "bandwidth_request"),
                                         ("philly", "duration")])
 def fitted(request: pytest.FixtureRequest) -> tuple[EstimatorBundle, pd.DataFrame]:
     source, target = request.param

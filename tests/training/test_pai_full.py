@@ -125,3 +125,22 @@ def test_header_lacking_a_column(tmp_path: Path) -> None:
     with pytest.raises(DataError) as info:
         pai_full.load(directory)
     assert info.value.column == "plan_gpu"
+
+
+@pytest.mark.parametrize("target", ["gpu", "cpu", "mem", "gpu_mem", "bandwidth", "duration"])
+def test_usage_targets_train_and_score_on_the_full_trace_format(trace: SyntheticTrace, target: str) -> None:
+    """The observed-usage targets exist only in the full trace: the whole path runs (numbers are SYNTHETIC)."""
+    from models.calibrated import CalibratedEstimator
+    from training.evaluate import baselines, evaluate, time_split
+    from training.targets import target_spec
+
+    table = pai_full.load(trace.directory)
+    spec = target_spec("pai2020", target)
+    split = time_split(table, spec)
+    # only tasks that terminated successfully carry an observed-usage label
+    labelled = table.iloc[np.concatenate([split.train, split.test])]
+    assert (labelled["status"] == "succeeded").all() or target == "duration"
+    estimators = {**baselines(spec), "lgbm": CalibratedEstimator("lgbm", params={"n_estimators": 10})}
+    result = evaluate(split, estimators)["estimators"]
+    assert ("request" in result) == (spec.request_baseline is not None)
+    assert 0 < result["lgbm"]["male"] < 10 and 0 <= result["lgbm"]["p90_coverage"] <= 1

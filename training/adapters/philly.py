@@ -3,7 +3,9 @@
 Columns: timestamp,duration,num_gpus,gpu_time,cluster. ``timestamp`` is the submission time
 (read as UTC; the packaging states no zone), ``duration`` is in seconds, ``num_gpus`` the job's
 GPUs and ``cluster`` its virtual cluster, which is the grouping key for history. The file has no job
-id: a job is named by its line. Rows record no outcome, so status is ``ended``.
+id: a job is named by its line. Rows record no outcome, so status is ``ended``. The start and end
+times are unknown (queueing delay is not recorded), so no Philly job ever counts as finished history
+for another: estimators see each job's own features and the activity of its virtual cluster only.
 """
 
 from __future__ import annotations
