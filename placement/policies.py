@@ -1,0 +1,79 @@
+"""The online policies, registered by name. Each scores candidate machines; lower is better.
+
+* ``liquid`` (default) - Liquid's network-aware best fit: w_network x network-cost increment
+  (``placement.network``) + w_load x load term (workers pack onto busy machines: 1 - allocated share;
+  parameter servers spread: allocated share) + w_scarce x tier of the machine's GPU for a job that
+  does not ask for a GPU type (keeps scarce high-end GPUs for jobs that require them) + a best-fit
+  tie-break (fewest free whole GPUs left).
+* ``first-fit`` - the first machine, in cluster order, that fits.
+* ``pack`` - the PAI paper's reserving-and-packing: jobs of at least ``big_job_gpus`` GPUs go to the
+  highest-tier machines, smaller ones to the lowest tier; within a tier, the busiest machine.
+* ``balance`` - the PAI paper's load balancing: the least allocated machine.
+* ``random`` - a uniformly random machine that fits (seeded by ``seed`` and the job id).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+
+import numpy as np
+
+from placement.decision import Decision
+from placement.demand import Job, Role
+from placement.online import Chooser, FloatArray, PlacementConfig, Step, place_greedy, tiers
+from placement.snapshot import ClusterSnapshot
+
+EPSILON = 1e-6
+
+
+def _liquid(step: Step) -> FloatArray:
+    c = step.config
+    task = step.job.tasks[step.task_index]
+    share = step.working.gpu_allocated_share()
+    load = share if task.role is Role.PS and step.job.has_ps else 1.0 - share
+    tier = tiers(c, step.working.layout.gpu_types)[step.working.layout.gpu_type]
+    scarce = tier / max(tier.max(), 1.0) if task.gpu > 0 and not task.gpu_types else 0.0
+    fit = EPSILON * step.candidates.free_whole
+    result: FloatArray = c.w_network * step.network.increment(step.task_index) + c.w_load * load + \
+        c.w_scarce * scarce + fit
+    return result
+
+
+def _first_fit(step: Step) -> FloatArray:
+    return np.zeros(step.working.n_machines)
+
+
+def _pack(step: Step) -> FloatArray:
+    layout = step.working.layout
+    tier = tiers(step.config, layout.gpu_types)[layout.gpu_type]
+    big = step.job.gpus >= step.config.big_job_gpus
+    busy = 1.0 - step.working.gpu_allocated_share()
+    result: FloatArray = (-tier if big else tier) * 10.0 + busy
+    return result
+
+
+def _balance(step: Step) -> FloatArray:
+    return step.working.gpu_allocated_share()
+
+
+def _random(step: Step) -> FloatArray:
+    seed = zlib.crc32(f"{step.config.seed}:{step.job.job_id}:{len(step.placed)}".encode())
+    return np.random.default_rng(seed).random(step.working.n_machines)
+
+
+CHOOSERS: dict[str, Chooser] = {"liquid": _liquid, "first-fit": _first_fit, "pack": _pack, "balance": _balance,
+                                "random": _random}
+OnlinePolicy = Callable[[ClusterSnapshot, Job], Decision]
+
+
+def online_policy(name: str, config: PlacementConfig | None = None) -> OnlinePolicy:
+    """The online policy called ``name``; ``KeyError`` naming the known ones otherwise."""
+    if name not in CHOOSERS:
+        raise KeyError(f"unknown placement policy {name!r}; known: {', '.join(CHOOSERS)}")
+    chooser, settings = CHOOSERS[name], config or PlacementConfig()
+
+    def place(snapshot: ClusterSnapshot, job: Job) -> Decision:
+        return place_greedy(snapshot, job, name, chooser, settings)
+
+    return place

@@ -1,0 +1,157 @@
+"""The immutable cluster snapshot: what is allocated on every GPU and machine, with a generation.
+
+Amounts are kept as integers so that placing and releasing a job restores the exact prior state:
+GPU share in milli-GPUs (1000 = one whole GPU), memory in MiB, CPU in milli-cores. Demands are
+rounded **up** to these units and capacities **down**, so rounding never over-allocates.
+
+A policy reads a snapshot and returns a decision; :func:`apply` and :func:`release` return new
+snapshots (``generation`` + 1); nothing here mutates a snapshot in place.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+import numpy.typing as npt
+
+from placement.cluster import Cluster
+
+IntArray = npt.NDArray[np.int64]
+MILLI = 1000
+MIB_PER_GIB = 1024
+
+
+def up(amount: float, per_unit: int) -> int:
+    """``amount`` in integer units, rounded up (a demand)."""
+    return 0 if amount <= 0 else math.ceil(amount * per_unit - 1e-9)
+
+
+def down(amount: float, per_unit: int) -> int:
+    """``amount`` in integer units, rounded down (a capacity)."""
+    return max(0, math.floor(amount * per_unit + 1e-9))
+
+
+@dataclass(frozen=True)
+class InstancePlacement:
+    """Where one instance runs and what it holds there (integer units)."""
+
+    task: int
+    machine: int
+    gpus: tuple[int, ...]
+    gpu_milli: int
+    gpu_mem_mib: int
+    cpu_milli: int
+    mem_mib: int
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Every instance of one job: the unit committed and released together."""
+
+    job_id: str
+    instances: tuple[InstancePlacement, ...]
+
+    def machines(self) -> set[int]:
+        return {p.machine for p in self.instances}
+
+
+def _frozen(array: IntArray) -> IntArray:
+    array.flags.writeable = False
+    return array
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """Allocation state of ``cluster`` at ``generation``; GPU ``g`` sits on machine ``gpu_machine[g]``."""
+
+    cluster: Cluster
+    generation: int
+    gpu_milli_used: IntArray
+    gpu_mem_used: IntArray
+    cpu_used: IntArray
+    mem_used: IntArray
+    allocations: MappingProxyType[str, Allocation] = field(default_factory=lambda: MappingProxyType({}))
+
+    @staticmethod
+    def empty(cluster: Cluster) -> ClusterSnapshot:
+        layout = layout_of(cluster)
+        zeros = len(layout.gpu_machine)
+        return ClusterSnapshot(cluster, 0, _frozen(np.zeros(zeros, np.int64)), _frozen(np.zeros(zeros, np.int64)),
+                               _frozen(np.zeros(len(cluster), np.int64)), _frozen(np.zeros(len(cluster), np.int64)))
+
+    @property
+    def layout(self) -> Layout:
+        return layout_of(self.cluster)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Integer capacities of a cluster and where its GPUs are (shared by all its snapshots)."""
+
+    gpu_machine: IntArray
+    gpu_mem_cap: IntArray
+    gpu_first: IntArray
+    gpu_count: IntArray
+    cpu_cap: IntArray
+    mem_cap: IntArray
+    rack: IntArray
+    domain: IntArray
+    gpu_type: IntArray
+    gpu_types: tuple[str, ...]
+
+
+_LAYOUTS: dict[int, tuple[Cluster, Layout]] = {}
+
+
+def layout_of(cluster: Cluster) -> Layout:
+    """The (cached) integer layout of ``cluster``."""
+    cached = _LAYOUTS.get(id(cluster))
+    if cached is not None and cached[0] is cluster:
+        return cached[1]
+    caps = cluster.capacity_arrays()
+    gpus = np.asarray(caps.gpus, dtype=np.int64)
+    first = np.concatenate([[0], np.cumsum(gpus)[:-1]]).astype(np.int64)
+    layout = Layout(
+        gpu_machine=_frozen(np.repeat(np.arange(len(gpus), dtype=np.int64), gpus)),
+        gpu_mem_cap=_frozen(np.repeat([down(m, MIB_PER_GIB) for m in caps.gpu_mem_gib], gpus).astype(np.int64)),
+        gpu_first=_frozen(first),
+        gpu_count=_frozen(gpus.copy()),
+        cpu_cap=_frozen(np.array([down(c, MILLI) for c in caps.cpu_cores], dtype=np.int64)),
+        mem_cap=_frozen(np.array([down(m, MIB_PER_GIB) for m in caps.mem_gib], dtype=np.int64)),
+        rack=caps.rack_index, domain=caps.domain_index, gpu_type=caps.gpu_type_index, gpu_types=caps.gpu_types,
+    )
+    _LAYOUTS[id(cluster)] = (cluster, layout)
+    return layout
+
+
+def apply(snapshot: ClusterSnapshot, allocation: Allocation) -> ClusterSnapshot:
+    """A new snapshot with ``allocation`` added (no checks: run the feasibility checker first)."""
+    if allocation.job_id in snapshot.allocations:
+        raise ValueError(f"job {allocation.job_id!r} is already allocated")
+    return _with(snapshot, allocation, +1, {**snapshot.allocations, allocation.job_id: allocation})
+
+
+def release(snapshot: ClusterSnapshot, job_id: str) -> ClusterSnapshot:
+    """A new snapshot without ``job_id``'s allocation; the same snapshot if it holds none (idempotent)."""
+    allocation = snapshot.allocations.get(job_id)
+    if allocation is None:
+        return snapshot
+    rest = {k: v for k, v in snapshot.allocations.items() if k != job_id}
+    return _with(snapshot, allocation, -1, rest)
+
+
+def _with(snapshot: ClusterSnapshot, allocation: Allocation, sign: int,
+          allocations: dict[str, Allocation]) -> ClusterSnapshot:
+    gpu_milli, gpu_mem = snapshot.gpu_milli_used.copy(), snapshot.gpu_mem_used.copy()
+    cpu, mem = snapshot.cpu_used.copy(), snapshot.mem_used.copy()
+    for p in allocation.instances:
+        for g in p.gpus:
+            gpu_milli[g] += sign * p.gpu_milli
+            gpu_mem[g] += sign * p.gpu_mem_mib
+        cpu[p.machine] += sign * p.cpu_milli
+        mem[p.machine] += sign * p.mem_mib
+    return ClusterSnapshot(snapshot.cluster, snapshot.generation + 1, _frozen(gpu_milli), _frozen(gpu_mem),
+                           _frozen(cpu), _frozen(mem), MappingProxyType(allocations))

@@ -1,0 +1,116 @@
+"""A mutable scratch copy of a snapshot's usage, for building one decision instance by instance.
+
+``candidates`` answers, for every machine at once (numpy, no Python loop over machines), whether it
+can host one more instance of a task now, and if not, why (a reason code per machine).
+``take`` reserves an instance on a machine: whole GPUs lowest index first; a GPU share on the
+fullest GPU that still fits it (best fit, which keeps whole GPUs free for whole-GPU jobs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from placement.demand import Task
+from placement.feasibility import Need, need_of
+from placement.snapshot import MILLI, ClusterSnapshot, InstancePlacement
+
+BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
+
+OK, WRONG_TYPE, FEW_GPUS, NO_SHARED_GPU, FEW_CPU, FEW_MEM = range(6)
+"""Reason codes per machine, checked in this order."""
+
+
+@dataclass
+class Candidates:
+    """Per machine: can it host the instance (``ok``) and the first reason it cannot (``reason``)."""
+
+    ok: BoolArray
+    reason: IntArray
+    free_whole: IntArray
+
+
+class WorkingState:
+    """Usage arrays copied from ``snapshot``, changed by :meth:`take` while a decision is built."""
+
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
+        self.snapshot = snapshot
+        self.layout = snapshot.layout
+        self.gpu_milli = snapshot.gpu_milli_used.copy()
+        self.gpu_mem = snapshot.gpu_mem_used.copy()
+        self.cpu = snapshot.cpu_used.copy()
+        self.mem = snapshot.mem_used.copy()
+        self.n_machines = len(self.cpu)
+        self._type_masks: dict[frozenset[str], BoolArray] = {}
+
+    def type_mask(self, task: Task) -> BoolArray:
+        """Machines whose GPU type the task accepts (every machine for a task without GPUs)."""
+        if task.gpu == 0 or not task.gpu_types:
+            return np.ones(self.n_machines, dtype=bool)
+        if task.gpu_types not in self._type_masks:
+            allowed = [i for i, t in enumerate(self.layout.gpu_types) if t in task.gpu_types]
+            self._type_masks[task.gpu_types] = np.isin(self.layout.gpu_type, allowed)
+        return self._type_masks[task.gpu_types]
+
+    def candidates(self, task: Task, need: Need | None = None) -> Candidates:
+        need = need or need_of(task)
+        n = self.n_machines
+        layout = self.layout
+        free_gpu = (self.gpu_milli == 0) & (self.gpu_mem == 0)
+        free_whole = np.bincount(layout.gpu_machine, weights=free_gpu, minlength=n).astype(np.int64)
+        if need.whole_gpus:
+            gpu_ok = free_whole >= need.whole_gpus
+        elif need.gpu_milli:
+            fits = self._shared_fits(need)
+            gpu_ok = np.bincount(layout.gpu_machine, weights=fits, minlength=n) > 0
+        else:
+            gpu_ok = np.ones(n, dtype=bool)
+        cpu_ok = self.cpu + need.cpu_milli <= layout.cpu_cap
+        mem_ok = self.mem + need.mem_mib <= layout.mem_cap
+        type_ok = self.type_mask(task)
+        reason = np.select([~type_ok, ~gpu_ok, ~cpu_ok, ~mem_ok],
+                           [WRONG_TYPE, FEW_GPUS if need.whole_gpus else NO_SHARED_GPU, FEW_CPU, FEW_MEM], OK)
+        return Candidates(reason == OK, reason.astype(np.int64), free_whole)
+
+    def _shared_fits(self, need: Need) -> BoolArray:
+        cap = self.layout.gpu_mem_cap
+        mem_need = need.gpu_mem_mib if need.gpu_mem_mib >= 0 else np.ceil(need.share_mem * cap - 1e-9)
+        fits: BoolArray = (self.gpu_milli + need.gpu_milli <= MILLI) & (self.gpu_mem + mem_need <= cap) & (cap > 0)
+        return fits
+
+    def take(self, machine: int, task_index: int, need: Need) -> InstancePlacement:
+        """Reserve one instance on ``machine`` (which :meth:`candidates` said can host it)."""
+        layout = self.layout
+        first = int(layout.gpu_first[machine])
+        count = int(layout.gpu_count[machine]) if need.gpu_milli else 0
+        gpus = np.arange(first, first + count)
+        chosen: tuple[int, ...] = ()
+        gpu_mem = 0
+        if need.whole_gpus:
+            free = gpus[(self.gpu_milli[gpus] == 0) & (self.gpu_mem[gpus] == 0)]
+            chosen = tuple(int(g) for g in free[: need.whole_gpus])
+            gpu_mem = int(layout.gpu_mem_cap[first])
+        elif need.gpu_milli:
+            fits = gpus[self._shared_fits(need)[gpus]]
+            best = fits[np.argmax(self.gpu_milli[fits])]  # fullest GPU that fits; ties: lowest index
+            chosen = (int(best),)
+            gpu_mem = need.gpu_mem_on(int(layout.gpu_mem_cap[best]))
+        for g in chosen:
+            self.gpu_milli[g] += need.gpu_milli
+            self.gpu_mem[g] += gpu_mem
+        self.cpu[machine] += need.cpu_milli
+        self.mem[machine] += need.mem_mib
+        return InstancePlacement(task_index, machine, chosen, need.gpu_milli if chosen else 0, gpu_mem,
+                                 need.cpu_milli, need.mem_mib)
+
+    def gpu_allocated_share(self) -> npt.NDArray[np.float64]:
+        """Allocated share of each machine's GPUs (0..1; CPU-only machines by CPU instead)."""
+        layout = self.layout
+        used = np.bincount(layout.gpu_machine, weights=self.gpu_milli, minlength=self.n_machines)
+        total = np.bincount(layout.gpu_machine, minlength=self.n_machines) * MILLI
+        cpu_share = self.cpu / np.maximum(layout.cpu_cap, 1)
+        share: npt.NDArray[np.float64] = np.where(total > 0, used / np.maximum(total, 1), cpu_share)
+        return share
