@@ -42,6 +42,13 @@ class _Sums:
         self.domain[self.layout.domain[machine]] += amount
         self.total += amount
 
+    def at(self, machine: int, cost: Sequence[float]) -> float:
+        """:meth:`by_level` for one machine, in O(1)."""
+        rack, domain = self.rack[self.layout.rack[machine]], self.domain[self.layout.domain[machine]]
+        here = self.machine[machine]
+        elsewhere = self.total - domain
+        return float(cost[0] * here + cost[1] * (rack - here) + cost[2] * (domain - rack) + cost[3] * elsewhere)
+
     def by_level(self, cost: Sequence[float]) -> FloatArray:
         """For every candidate machine: sum over placed amounts of amount x cost(level)."""
         at_machine = self.machine
@@ -76,6 +83,24 @@ class NetworkTally:
             return np.zeros(len(self.layout.cpu_cap))
         level = self._nearest_level()
         return task.bandwidth_gbps * np.asarray(self.cost)[level]
+
+    def increment_at(self, task_index: int, machine: int) -> float:
+        """:meth:`increment` for one machine, in O(1)."""
+        task = self.job.tasks[task_index]
+        if self.n_ps:
+            if task.role is Role.PS:
+                return self.workers.at(machine, self.cost)
+            return (task.bandwidth_gbps / self.n_ps) * self.ps.at(machine, self.cost)
+        fp = self.footprint
+        if fp.total == 0:
+            return 0.0
+        if fp.machine[machine] > 0:
+            level = 0
+        elif fp.rack[self.layout.rack[machine]] > 0:
+            level = 1
+        else:
+            level = 2 if fp.domain[self.layout.domain[machine]] > 0 else 3
+        return task.bandwidth_gbps * self.cost[level]
 
     def _nearest_level(self) -> npt.NDArray[np.int64]:
         fp = self.footprint

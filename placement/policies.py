@@ -21,7 +21,7 @@ import numpy as np
 
 from placement.decision import Decision
 from placement.demand import Job, Role
-from placement.online import Chooser, FloatArray, PlacementConfig, Step, place_greedy, tiers
+from placement.online import Chooser, Fills, FloatArray, PlacementConfig, Step, never_fills, place_greedy, tiers
 from placement.snapshot import ClusterSnapshot
 
 EPSILON = 1e-6
@@ -64,16 +64,32 @@ def _random(step: Step) -> FloatArray:
 
 CHOOSERS: dict[str, Chooser] = {"liquid": _liquid, "first-fit": _first_fit, "pack": _pack, "balance": _balance,
                                 "random": _random}
+
+
+def _always(job: Job, task_index: int) -> bool:
+    return True
+
+
+def _liquid_fills(job: Job, task_index: int) -> bool:
+    """Liquid packs workers (fill) and spreads parameter servers (rescore after each)."""
+    return not (job.has_ps and job.tasks[task_index].role is Role.PS)
+
+
+FILLS: dict[str, Fills] = {"liquid": _liquid_fills, "first-fit": _always, "pack": _always}
+"""Packing policies: a chosen machine takes further identical instances while it has room."""
 OnlinePolicy = Callable[[ClusterSnapshot, Job], Decision]
 
 
-def online_policy(name: str, config: PlacementConfig | None = None) -> OnlinePolicy:
-    """The online policy called ``name``; ``KeyError`` naming the known ones otherwise."""
+def online_policy(name: str, config: PlacementConfig | None = None, explain: bool = True) -> OnlinePolicy:
+    """The online policy called ``name``; ``KeyError`` naming the known ones otherwise.
+
+    ``explain=False``: no reasons and no empty-cluster verdict for jobs that do not fit (faster).
+    """
     if name not in CHOOSERS:
         raise KeyError(f"unknown placement policy {name!r}; known: {', '.join(CHOOSERS)}")
     chooser, settings = CHOOSERS[name], config or PlacementConfig()
 
     def place(snapshot: ClusterSnapshot, job: Job) -> Decision:
-        return place_greedy(snapshot, job, name, chooser, settings)
+        return place_greedy(snapshot, job, name, chooser, settings, explain, FILLS.get(name, never_fills))
 
     return place

@@ -106,6 +106,27 @@ class WorkingState:
         return InstancePlacement(task_index, machine, chosen, need.gpu_milli if chosen else 0, gpu_mem,
                                  need.cpu_milli, need.mem_mib)
 
+    def room_on(self, machine: int, need: Need) -> int:
+        """How many more instances of ``need`` fit on ``machine`` alone (GPUs, CPU, memory)."""
+        layout = self.layout
+        limits = [1 << 30]
+        if need.cpu_milli:
+            limits.append(int(layout.cpu_cap[machine] - self.cpu[machine]) // need.cpu_milli)
+        if need.mem_mib:
+            limits.append(int(layout.mem_cap[machine] - self.mem[machine]) // need.mem_mib)
+        first, count = int(layout.gpu_first[machine]), int(layout.gpu_count[machine])
+        gpus = slice(first, first + count)
+        if need.whole_gpus:
+            free = int(np.count_nonzero((self.gpu_milli[gpus] == 0) & (self.gpu_mem[gpus] == 0)))
+            limits.append(free // need.whole_gpus)
+        elif need.gpu_milli:
+            caps = layout.gpu_mem_cap[gpus]
+            per_gpu_mem = np.array([need.gpu_mem_on(int(c)) for c in caps])
+            by_share = (MILLI - self.gpu_milli[gpus]) // need.gpu_milli
+            by_mem = np.where(per_gpu_mem > 0, (caps - self.gpu_mem[gpus]) // np.maximum(per_gpu_mem, 1), 1 << 30)
+            limits.append(int(np.minimum(by_share, by_mem).clip(min=0).sum()))
+        return max(0, min(limits))
+
     def gpu_allocated_share(self) -> npt.NDArray[np.float64]:
         """Allocated share of each machine's GPUs (0..1; CPU-only machines by CPU instead)."""
         layout = self.layout

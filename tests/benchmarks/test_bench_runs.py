@@ -32,3 +32,15 @@ def test_predict_benchmark_runs_and_writes_its_figures(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(out.read_text())
     assert figures["calls"] == 50 and figures["single_p99_ms"] > 0 and figures["batch_jobs_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_placement_benchmark_runs_and_writes_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "placement.json"
+    command = [sys.executable, "tests/benchmarks/bench_placement.py", "--fast", "--out", str(out)]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(out.read_text())
+    assert figures["online"]["arrivals"] == 100 and figures["batch"]["jobs"] == 40
+    assert set(figures["batch"]["limits"]["0.5s"]) == {"ffd", "gga", "cpsat"}
+    assert "liquid p99 / first-fit p99" in proc.stdout

@@ -1,0 +1,174 @@
+"""Benchmark (not a timed test): online decision latency and batch placement on the real PAI cluster.
+
+Cluster: the shipped PAI v2020 machine list (1,897 machines, 6,742 GPUs), default topology.
+Jobs: rows of the shipped ``data/pai2020/pai_job_duration_estimate_100K_head.csv`` (real), read with
+the csv module, in file order. Mapping of one row to a job (one WORKER task):
+
+* ``instances`` = ``num_pod`` (at least 1); job id ``pai-<job_id>``; ``duration_s`` = ``duration``;
+* GPU per instance = ``num_gpu / num_pod``: above 1 rounded to a whole number of GPUs, up to 1 kept
+  as is (1.0 = one whole GPU, below 1 a share of one GPU, GPU memory proportional to the share);
+* CPU per instance = ``num_cpu / num_pod`` cores; memory 0 (the rows carry no memory demand);
+* ``gpu_type`` T4 / P100 / V100 becomes a GPU-type constraint; MISC and CPU rows get none;
+* bandwidth: the rows carry no network figure. ASSUMPTION: 10 Gbit/s per instance for multi-pod
+  jobs (all-reduce), 0 for single-pod jobs.
+
+Pre-fill: rows from the top, each placed by online ``liquid`` and committed, until at least 70% of
+the cluster's GPU capacity (milli-GPUs) is allocated. Then:
+
+(a) ONLINE: the next 1,000 rows arrive; every policy in ``placement.policies.CHOOSERS`` decides each
+    on the same pre-filled snapshot, NOT committed (every decision sees the same state, so the
+    latencies compare like with like). Prints p50/p99 per policy and liquid p99 / first-fit p99, and,
+    as latency grows with a job's instances (every instance scores every machine), the p99 of
+    single-instance jobs and of latency per instance. Targets: liquid p99 <= 3 x first-fit p99, < 5 ms.
+(b) BATCH: the next 200 rows as one batch for ffd, gga and cpsat at time limits 1 s and 10 s: jobs
+    and GPUs placed, network cost, machines touched, the machines lower bound and the gap to it.
+    Targets: gga and cpsat place at least as many GPUs as ffd, with a lower network cost.
+
+``--fast`` (CI): 100 arrivals, a batch of 40 jobs, one time limit of 0.5 s. Timings are wall-clock on
+whatever else the machine runs; the figures are printed and written, never asserted on.
+
+    python tests/benchmarks/bench_placement.py [--fast] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from placement.batch import BATCH_POLICIES, batch_policy  # noqa: E402
+from placement.cluster_io import load_cluster  # noqa: E402
+from placement.demand import Job, Role, Task  # noqa: E402
+from placement.policies import CHOOSERS, online_policy  # noqa: E402
+from placement.snapshot import MILLI, ClusterSnapshot, apply  # noqa: E402
+
+JOBS_CSV = REPO / "data" / "pai2020" / "pai_job_duration_estimate_100K_head.csv"
+TYPED = {"T4", "P100", "V100"}
+MULTI_POD_GBPS = 10.0
+PREFILL_SHARE = 0.70
+
+
+def job_from_row(row: dict[str, str]) -> Job:
+    """One PAI row as a job (mapping in the module docstring)."""
+    pods = max(1, round(float(row["num_pod"] or 1)))
+    gpu = float(row["num_gpu"] or 0) / pods
+    gpu = float(round(gpu)) if gpu > 1 else gpu
+    types = frozenset({row["gpu_type"]}) if gpu > 0 and row["gpu_type"] in TYPED else frozenset()
+    task = Task(Role.WORKER, pods, gpu=gpu, cpu_cores=float(row["num_cpu"] or 0) / pods,
+                bandwidth_gbps=MULTI_POD_GBPS if pods > 1 else 0.0, gpu_types=types)
+    return Job(f"pai-{row['job_id']}", (task,), duration_s=float(row["duration"] or "nan"))
+
+
+def prefill(snapshot: ClusterSnapshot, rows: list[dict[str, str]]) -> tuple[ClusterSnapshot, int, int]:
+    """Place rows with online liquid until PREFILL_SHARE of the GPU capacity is allocated."""
+    place, target = online_policy("liquid"), PREFILL_SHARE * snapshot.cluster.total_gpus * MILLI
+    used, placed = 0, 0
+    while snapshot.gpu_milli_used.sum() < target:
+        decision = place(snapshot, job_from_row(rows[used]))
+        used += 1
+        if decision.allocation is not None:
+            snapshot, placed = apply(snapshot, decision.allocation), placed + 1
+    return snapshot, used, placed
+
+
+def online(snapshot: ClusterSnapshot, arrivals: list[Job]) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    for name in CHOOSERS:
+        place = online_policy(name)
+        place(snapshot, arrivals[0])  # warm-up
+        latencies, placed = [], 0
+        for job in arrivals:
+            start = time.perf_counter()
+            placed += place(snapshot, job).placed
+            latencies.append((time.perf_counter() - start) * 1e3)
+        ms, sizes = np.asarray(latencies), np.asarray([j.instances for j in arrivals])
+        figures[name] = {"p50_ms": round(float(np.percentile(ms, 50)), 3),
+                         "p99_ms": round(float(np.percentile(ms, 99)), 3), "placed": placed,
+                         "p99_ms_single_instance": round(float(np.percentile(ms[sizes == 1], 99)), 3),
+                         "p99_ms_per_instance": round(float(np.percentile(ms / sizes, 99)), 3)}
+    return figures
+
+
+def batch(snapshot: ClusterSnapshot, jobs: list[Job], limits: list[float]) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    for limit in limits:
+        for name in BATCH_POLICIES:
+            start = time.perf_counter()
+            result = batch_policy(name)(snapshot, jobs, limit, 0)
+            figures.setdefault(f"{limit:g}s", {})[name] = {
+                "jobs_placed": result.jobs_placed, "gpus_placed": round(result.gpus_placed, 2),
+                "network_cost": round(result.network_cost, 2), "machines_touched": result.machines_touched,
+                "lower_bound_machines": result.lower_bound_machines,
+                "gap_to_bound": None if result.gap_to_bound is None else round(result.gap_to_bound, 3),
+                "stopped": result.stopped, "repairs": result.repairs, "wall_s": round(time.perf_counter() - start, 3),
+                "notes": list(result.notes[:3])}
+    return figures
+
+
+def measure(arrivals: int, batch_jobs: int, limits: list[float]) -> dict[str, Any]:
+    import placement.cpsat
+    import placement.gga  # noqa: F401
+
+    with open(JOBS_CSV, encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    start = time.perf_counter()
+    snapshot, used, placed = prefill(ClusterSnapshot.empty(load_cluster("pai")), rows)
+    share = float(snapshot.gpu_milli_used.sum()) / (snapshot.cluster.total_gpus * MILLI)
+    result: dict[str, Any] = {"cluster": "pai", "machines": len(snapshot.cluster), "gpus": snapshot.cluster.total_gpus,
+                              "prefill": {"rows": used, "jobs_placed": placed, "gpu_allocated": round(share, 4),
+                                          "seconds": round(time.perf_counter() - start, 1)}}
+    arriving = [job_from_row(r) for r in rows[used:used + arrivals]]
+    result["online"] = {"arrivals": arrivals, "committed": False, "policies": online(snapshot, arriving)}
+    p99 = result["online"]["policies"]
+    result["online"]["liquid_p99_over_first_fit_p99"] = round(p99["liquid"]["p99_ms"] / p99["first-fit"]["p99_ms"], 2)
+    window = [job_from_row(r) for r in rows[used + arrivals:used + arrivals + batch_jobs]]
+    result["batch"] = {"jobs": batch_jobs, "gpus_asked": round(sum(j.gpus for j in window), 2),
+                       "limits": batch(snapshot, window, limits)}
+    result["targets"] = {"online": "liquid p99 <= 3 x first-fit p99 and < 5 ms",
+                         "batch": "gga and cpsat place >= ffd's GPUs with lower network cost"}
+    return result
+
+
+def report(result: dict[str, Any]) -> None:
+    pre = result["prefill"]
+    print(f"PAI cluster: {result['machines']} machines, {result['gpus']} GPUs; pre-filled with {pre['jobs_placed']} "
+          f"of {pre['rows']} real jobs to {pre['gpu_allocated']:.1%} GPU allocation in {pre['seconds']} s")
+    on = result["online"]
+    print(f"ONLINE: {on['arrivals']} arrivals per policy, each decided on the same snapshot (not committed)")
+    for name, f in on["policies"].items():
+        print(f"  {name:10s} p50 {f['p50_ms']:7.3f} ms  p99 {f['p99_ms']:7.3f} ms  placed {f['placed']}  "
+              f"(single-instance jobs p99 {f['p99_ms_single_instance']:.3f} ms; "
+              f"per instance p99 {f['p99_ms_per_instance']:.3f} ms)")
+    print(f"  liquid p99 / first-fit p99 = {on['liquid_p99_over_first_fit_p99']} (target <= 3, liquid p99 < 5 ms)")
+    b = result["batch"]
+    print(f"BATCH: {b['jobs']} jobs asking {b['gpus_asked']} GPUs")
+    for limit, policies in b["limits"].items():
+        for name, f in policies.items():
+            print(f"  {limit:>4s} {name:6s} jobs {f['jobs_placed']:4d}  GPUs {f['gpus_placed']:7.2f}  network "
+                  f"{f['network_cost']:9.2f}  machines {f['machines_touched']:4d}  bound {f['lower_bound_machines']}  "
+                  f"gap {f['gap_to_bound']}  stopped {f['stopped']}  repairs {f['repairs']}  wall {f['wall_s']} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fast", action="store_true", help="100 arrivals, 40-job batch, 0.5 s limit (CI)")
+    parser.add_argument("--out", type=Path, default=REPO / ".gpuplace" / "bench" / "placement.json")
+    args = parser.parse_args()
+    result = measure(100, 40, [0.5]) if args.fast else measure(1000, 200, [1.0, 10.0])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    report(result)
+    print(f"figures written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
