@@ -79,7 +79,8 @@ def place_greedy(snapshot: ClusterSnapshot, job: Job, policy: str, choose: Choos
     """Place ``job`` on ``snapshot`` with the machine scores of ``choose``.
 
     With ``explain=False`` a job that does not fit gets the verdict ``unschedulable-now`` without
-    reasons and without the empty-cluster check (for callers that know it can fit, like the simulator).
+    reasons and without the empty-cluster check, and a placed one no score breakdown (for callers that
+    only need the allocation, like the simulator).
     """
     started = time.perf_counter()
     placed, failed = _build(snapshot, job, choose, config, fills)
@@ -95,7 +96,7 @@ def place_greedy(snapshot: ClusterSnapshot, job: Job, policy: str, choose: Choos
     problems = violations(snapshot, job, allocation)
     if problems:  # a bug in a policy, never a property of the input
         raise RuntimeError(f"policy {policy} produced an infeasible allocation for {job.job_id}: {problems}")
-    score = breakdown(snapshot, job, allocation, config)
+    score = breakdown(snapshot, job, allocation, config) if explain else {}
     score["latency_ms"] = (time.perf_counter() - started) * 1e3
     return Decision(job.job_id, policy, Verdict.PLACED, snapshot.generation, allocation, MappingProxyType(score))
 

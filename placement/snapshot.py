@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 
 import numpy as np
@@ -85,6 +86,20 @@ class ClusterSnapshot:
     @property
     def layout(self) -> Layout:
         return layout_of(self.cluster)
+
+    @cached_property
+    def machine_gpu_milli(self) -> IntArray:
+        """Allocated milli-GPUs per machine (derived once per snapshot)."""
+        layout = self.layout
+        return _frozen(np.bincount(layout.gpu_machine, weights=self.gpu_milli_used,
+                                   minlength=len(self.cpu_used)).astype(np.int64))
+
+    @cached_property
+    def machine_free_whole(self) -> IntArray:
+        """Completely free GPUs per machine (no share and no memory taken)."""
+        free = (self.gpu_milli_used == 0) & (self.gpu_mem_used == 0)
+        counts = np.bincount(self.layout.gpu_machine, weights=free, minlength=len(self.cpu_used))
+        return _frozen(counts.astype(np.int64))
 
 
 @dataclass(frozen=True)

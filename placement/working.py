@@ -15,13 +15,36 @@ import numpy.typing as npt
 
 from placement.demand import Task
 from placement.feasibility import Need, need_of
-from placement.snapshot import MILLI, ClusterSnapshot, InstancePlacement
+from placement.snapshot import MILLI, ClusterSnapshot, InstancePlacement, Layout
 
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
 
 OK, WRONG_TYPE, FEW_GPUS, NO_SHARED_GPU, FEW_CPU, FEW_MEM = range(6)
 """Reason codes per machine, checked in this order."""
+
+
+_TYPE_MASKS: dict[tuple[int, frozenset[str]], BoolArray] = {}
+_ALL: dict[int, BoolArray] = {}
+
+
+def type_mask_of(layout: Layout, types: frozenset[str]) -> BoolArray:
+    """Machines of ``layout`` with one of ``types`` (cached: layouts live as long as their cluster)."""
+    key = (id(layout), types)
+    if key not in _TYPE_MASKS:
+        allowed = [i for i, t in enumerate(layout.gpu_types) if t in types]
+        mask = np.isin(layout.gpu_type, allowed)
+        mask.flags.writeable = False
+        _TYPE_MASKS[key] = mask
+    return _TYPE_MASKS[key]
+
+
+def _all_machines(n: int) -> BoolArray:
+    if n not in _ALL:
+        mask = np.ones(n, dtype=bool)
+        mask.flags.writeable = False
+        _ALL[n] = mask
+    return _ALL[n]
 
 
 @dataclass
@@ -43,24 +66,21 @@ class WorkingState:
         self.gpu_mem = snapshot.gpu_mem_used.copy()
         self.cpu = snapshot.cpu_used.copy()
         self.mem = snapshot.mem_used.copy()
+        self.machine_milli = snapshot.machine_gpu_milli.copy()
+        self.free_whole = snapshot.machine_free_whole.copy()
         self.n_machines = len(self.cpu)
-        self._type_masks: dict[frozenset[str], BoolArray] = {}
 
     def type_mask(self, task: Task) -> BoolArray:
         """Machines whose GPU type the task accepts (every machine for a task without GPUs)."""
         if task.gpu == 0 or not task.gpu_types:
-            return np.ones(self.n_machines, dtype=bool)
-        if task.gpu_types not in self._type_masks:
-            allowed = [i for i, t in enumerate(self.layout.gpu_types) if t in task.gpu_types]
-            self._type_masks[task.gpu_types] = np.isin(self.layout.gpu_type, allowed)
-        return self._type_masks[task.gpu_types]
+            return _all_machines(self.n_machines)
+        return type_mask_of(self.layout, task.gpu_types)
 
     def candidates(self, task: Task, need: Need | None = None) -> Candidates:
         need = need or need_of(task)
         n = self.n_machines
         layout = self.layout
-        free_gpu = (self.gpu_milli == 0) & (self.gpu_mem == 0)
-        free_whole = np.bincount(layout.gpu_machine, weights=free_gpu, minlength=n).astype(np.int64)
+        free_whole = self.free_whole.copy()
         if need.whole_gpus:
             gpu_ok = free_whole >= need.whole_gpus
         elif need.gpu_milli:
@@ -71,9 +91,13 @@ class WorkingState:
         cpu_ok = self.cpu + need.cpu_milli <= layout.cpu_cap
         mem_ok = self.mem + need.mem_mib <= layout.mem_cap
         type_ok = self.type_mask(task)
-        reason = np.select([~type_ok, ~gpu_ok, ~cpu_ok, ~mem_ok],
-                           [WRONG_TYPE, FEW_GPUS if need.whole_gpus else NO_SHARED_GPU, FEW_CPU, FEW_MEM], OK)
-        return Candidates(reason == OK, reason.astype(np.int64), free_whole)
+        gpu_code = FEW_GPUS if need.whole_gpus else NO_SHARED_GPU
+        # the first failing rule, in the order type, GPU, CPU, memory (later rules written first)
+        reason = np.where(~mem_ok, FEW_MEM, OK)
+        reason = np.where(~cpu_ok, FEW_CPU, reason)
+        reason = np.where(~gpu_ok, gpu_code, reason)
+        reason = np.where(~type_ok, WRONG_TYPE, reason).astype(np.int64)
+        return Candidates(reason == OK, reason, free_whole)
 
     def _shared_fits(self, need: Need) -> BoolArray:
         cap = self.layout.gpu_mem_cap
@@ -99,8 +123,11 @@ class WorkingState:
             chosen = (int(best),)
             gpu_mem = need.gpu_mem_on(int(layout.gpu_mem_cap[best]))
         for g in chosen:
+            if self.gpu_milli[g] == 0 and self.gpu_mem[g] == 0:
+                self.free_whole[machine] -= 1
             self.gpu_milli[g] += need.gpu_milli
             self.gpu_mem[g] += gpu_mem
+        self.machine_milli[machine] += need.gpu_milli * len(chosen)
         self.cpu[machine] += need.cpu_milli
         self.mem[machine] += need.mem_mib
         return InstancePlacement(task_index, machine, chosen, need.gpu_milli if chosen else 0, gpu_mem,
@@ -121,7 +148,8 @@ class WorkingState:
             limits.append(free // need.whole_gpus)
         elif need.gpu_milli:
             caps = layout.gpu_mem_cap[gpus]
-            per_gpu_mem = np.array([need.gpu_mem_on(int(c)) for c in caps])
+            per_gpu_mem = (np.full(len(caps), need.gpu_mem_mib) if need.gpu_mem_mib >= 0
+                           else np.ceil(need.share_mem * caps - 1e-9).astype(np.int64))
             by_share = (MILLI - self.gpu_milli[gpus]) // need.gpu_milli
             by_mem = np.where(per_gpu_mem > 0, (caps - self.gpu_mem[gpus]) // np.maximum(per_gpu_mem, 1), 1 << 30)
             limits.append(int(np.minimum(by_share, by_mem).clip(min=0).sum()))
@@ -130,8 +158,7 @@ class WorkingState:
     def gpu_allocated_share(self) -> npt.NDArray[np.float64]:
         """Allocated share of each machine's GPUs (0..1; CPU-only machines by CPU instead)."""
         layout = self.layout
-        used = np.bincount(layout.gpu_machine, weights=self.gpu_milli, minlength=self.n_machines)
-        total = np.bincount(layout.gpu_machine, minlength=self.n_machines) * MILLI
+        total = layout.gpu_count * MILLI
         cpu_share = self.cpu / np.maximum(layout.cpu_cap, 1)
-        share: npt.NDArray[np.float64] = np.where(total > 0, used / np.maximum(total, 1), cpu_share)
+        share: npt.NDArray[np.float64] = np.where(total > 0, self.machine_milli / np.maximum(total, 1), cpu_share)
         return share

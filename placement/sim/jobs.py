@@ -1,0 +1,36 @@
+"""A job as the simulator sees it: its demand, when it arrives, how long it really runs, and estimates.
+
+Estimates arrive with the job (attached before replay by whatever estimator the caller chose), so
+this package never imports the ML stack: ``estimates`` maps an estimator name (``user``, ``group``,
+``model``, ...) to a predicted duration in seconds; NaN where that estimator has nothing to say.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from placement.demand import Job
+
+
+@dataclass(frozen=True)
+class SimJob:
+    job: Job
+    user: str
+    submit_s: float
+    duration_s: float
+    estimates: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.submit_s) or not math.isfinite(self.duration_s) or self.duration_s < 0:
+            raise ValueError(f"job {self.job.job_id}: submit and duration must be finite, duration >= 0")
+
+    @property
+    def job_id(self) -> str:
+        return self.job.job_id
+
+    def estimate(self, name: str) -> float:
+        """The named estimate, falling back to the true duration's absence: NaN if not given."""
+        return float(self.estimates.get(name, math.nan))

@@ -1,0 +1,79 @@
+"""Turn a real trace into simulator jobs with duration estimates attached (the ML side of replay).
+
+Each canonical row becomes one job of ``instances`` identical worker instances: per instance the
+requested GPUs (a share below 1; above 1 rounded up to whole GPUs), CPU cores and memory. On the real
+PAI cluster a job that ran on T4, P100 or V100 GPUs is constrained to that type (V100 also to
+V100M32); other jobs may use any GPU. On a single big node nothing is constrained.
+
+Estimates attached to every job (seconds; NaN where the estimator has no opinion):
+
+* ``user`` / ``group`` / ``group-gpu`` - the PAI paper's SJU / SJG / SJGG: the mean duration of the
+  user's / group+user's / group+user+GPU's earlier jobs that **finished before this submission**,
+  falling back to the coarser key;
+* ``model`` - the P50 of a registered bundle's duration estimator on the same causal features;
+* ``alibaba-group-gpu`` - the trace's own ``group_gpu_dur`` (in-sample: includes the job itself).
+"""
+
+from __future__ import annotations
+
+import math
+from types import MappingProxyType
+
+import numpy as np
+import pandas as pd
+
+from models.calibrated import CalibratedEstimator
+from placement.demand import Job, Role, Task
+from placement.sim.jobs import SimJob
+from training.features import build_features
+from training.targets import target_spec
+
+CONSTRAINED = {"T4": frozenset({"T4"}), "P100": frozenset({"P100"}), "V100": frozenset({"V100", "V100M32"})}
+CHAINS = {"user": ("user",), "group": ("group_user", "user"), "group-gpu": ("group_user_gpu", "group_user", "user")}
+
+
+def causal_estimates(table: pd.DataFrame, source: str, model: CalibratedEstimator | None) -> pd.DataFrame:
+    """Duration estimates per row of ``table`` (columns ``user``, ``group``, ``group-gpu``, ``model``...)."""
+    features, _ = build_features(table, target_spec(source, "duration"))
+    out = pd.DataFrame(index=table.index)
+    for name, chain in CHAINS.items():
+        value = np.full(len(table), np.nan)
+        for key in chain:
+            value = np.where(np.isnan(value), features[f"hist_{key}_mean"].to_numpy(dtype=float), value)
+        out[name] = value
+    if model is not None:
+        frame = features.reindex(columns=model.feature_names_)
+        out["model"] = model.predict(frame).p50
+    if "ref_group_gpu_dur_s" in table:
+        out["alibaba-group-gpu"] = table["ref_group_gpu_dur_s"].to_numpy(dtype=float)
+    return out
+
+
+def sim_jobs(table: pd.DataFrame, estimates: pd.DataFrame, constrain_types: bool,
+             arrivals_per_min: float | None = None) -> list[SimJob]:
+    """Simulator jobs in submission order; with ``arrivals_per_min`` they arrive at that fixed rate."""
+    rows = table.assign(_order=table["submit_time_s"]).sort_values(["_order", "job_id"], kind="stable")
+    first = float(rows["submit_time_s"].min())
+    aligned = estimates.reindex(rows.index)
+    values = {n: aligned[n].to_numpy(dtype=float) for n in aligned.columns}
+    jobs: list[SimJob] = []
+    for position, (_, row) in enumerate(rows.iterrows()):
+        submit = position * 60.0 / arrivals_per_min if arrivals_per_min else float(row["submit_time_s"]) - first
+        jobs.append(SimJob(_job(row, constrain_types), str(row["user"]) if pd.notna(row["user"]) else "-", submit,
+                           float(row["duration_s"]),
+                           MappingProxyType({n: float(v[position]) for n, v in values.items()})))
+    return jobs
+
+
+def _job(row: pd.Series, constrain_types: bool) -> Job:
+    gpu = float(row["req_gpu"]) if pd.notna(row["req_gpu"]) else 0.0
+    gpu = float(math.ceil(gpu)) if gpu > 1 else gpu
+    gpu_type = row["assigned_gpu_type"]
+    types = CONSTRAINED.get(str(gpu_type), frozenset()) if constrain_types and gpu > 0 else frozenset()
+    task = Task(Role.WORKER, int(row["instances"]), gpu=gpu, cpu_cores=_or_zero(float(row["req_cpu_cores"])),
+                mem_gib=_or_zero(float(row["req_mem_gib"])), gpu_types=types)
+    return Job(str(row["job_id"]), (task,), duration_s=float(row["duration_s"]))
+
+
+def _or_zero(value: float) -> float:
+    return 0.0 if math.isnan(value) else value
