@@ -1,0 +1,107 @@
+"""``gpuplace simulate``: replay real traces through the placement policies and queue orders.
+
+The ML stack is imported inside the commands, so the rest of the command line starts fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import Progress
+from rich.table import Table
+
+from service.console import make_console
+from service.workdir import home, mlflow_uri
+
+console = make_console()
+app = typer.Typer(help="Replay real traces: JCT, waiting, makespan, allocation, fragmentation.",
+                  invoke_without_command=True)
+
+TraceOpt = Annotated[str, typer.Option(help="pai2020-jobs (later 30%, out of sample) or openb2023")]
+ClusterOpt = Annotated[str, typer.Option(help="pai, big-node, openb or openb-all")]
+GpusOpt = Annotated[int, typer.Option(min=1, help="GPUs of the big node")]
+RateOpt = Annotated[float, typer.Option(min=0.0, help="arrivals per minute in trace order; 0 = original times")]
+JobsOpt = Annotated[int, typer.Option(min=1, help="jobs to replay")]
+
+
+@app.callback()
+def simulate(
+    ctx: typer.Context,
+    trace: TraceOpt = "pai2020-jobs",
+    cluster: ClusterOpt = "pai",
+    queue: Annotated[str, typer.Option(help="fifo, sjf-oracle, sjf-user, sjf-group, sjf-group-gpu, sjf-model, "
+                                            "sjf-alibaba-group-gpu, drf")] = "fifo",
+    placement: Annotated[str, typer.Option(help="liquid, first-fit, pack, balance, random")] = "liquid",
+    gpus: GpusOpt = 6500, rate: RateOpt = 0.0, jobs: JobsOpt = 20000, out: Path | None = None,
+) -> None:
+    """Replay one queue and placement policy."""
+    if ctx.invoked_subcommand is None:
+        _run(trace, cluster, gpus, rate, jobs, [(queue, placement)], out)
+
+
+@app.command("compare")
+def compare(
+    trace: TraceOpt = "pai2020-jobs", cluster: ClusterOpt = "pai", gpus: GpusOpt = 6500, rate: RateOpt = 0.0,
+    jobs: JobsOpt = 20000, out: Path | None = None,
+    queues: Annotated[str, typer.Option(help="comma-separated queue policies")] =
+    "fifo,sjf-oracle,sjf-user,sjf-group,sjf-group-gpu,sjf-model,sjf-alibaba-group-gpu",
+    placements: Annotated[str, typer.Option(help="comma-separated placement policies")] = "liquid",
+) -> None:
+    """Several queue x placement policies on the same jobs, side by side."""
+    runs = [(q, p) for q in queues.split(",") for p in placements.split(",")]
+    _run(trace, cluster, gpus, rate, jobs, runs, out)
+
+
+def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs: list[tuple[str, str]],
+         out: Path | None) -> None:
+    from training.simulate import cluster_for, compare, openb_jobs, pai_jobs
+
+    cluster, constrain = cluster_for(cluster_kind, gpus)
+    needs_model = any(q == "sjf-model" for q, _ in runs)
+    if trace == "openb2023":
+        replay = openb_jobs(limit)
+    else:
+        replay = pai_jobs(_champion_duration_model() if needs_model else None, constrain, limit, rate or None)
+    folder = out or home() / "simulations" / f"{trace}-{cluster.name}-{'rate' + str(rate) if rate else 'original'}"
+    with Progress(console=console, transient=True) as progress:
+        bar = progress.add_task("replaying", total=len(replay) * len(runs))
+        done: dict[str, int] = {}
+
+        def tick(run: str, arrived: int) -> None:
+            done[run] = arrived
+            progress.update(bar, completed=sum(done.values()), description=f"replaying {run}")
+
+        summary = compare(cluster, replay, runs, folder, tick)
+    console.print(summary_table(summary))
+    console.print(f"summary.json, per-job CSV and plots: {folder}")
+
+
+def _champion_duration_model() -> Any:
+    from models.registry import CHAMPION, ModelRegistry
+
+    registry = ModelRegistry(mlflow_uri(), artifact_root=home() / "mlartifacts")
+    if registry.alias_version(CHAMPION) is None:
+        raise typer.BadParameter("sjf-model needs a champion model: run `gpuplace train` then `gpuplace models "
+                                 "promote` (or leave sjf-model out of --queues)")
+    _, bundle = registry.load(CHAMPION)
+    if "duration" not in bundle.targets or bundle.targets["duration"].source != "pai2020-jobs":
+        raise typer.BadParameter("the champion has no duration model trained on pai2020-jobs")
+    return bundle.targets["duration"].estimator
+
+
+def summary_table(summary: dict[str, Any]) -> Table:
+    table = Table("queue/placement", "finished", "never fit", "mean JCT s", "median JCT s", "p95 JCT s", "mean wait s",
+                  "makespan h", "GPU alloc", "fragmentation", "user slowdown",
+                  title=f"{summary['jobs']:,} jobs on {summary['cluster']} ({summary['gpus']:,} GPUs)")
+    for name, s in summary["runs"].items():
+        table.add_row(name, f"{s['finished']:,}", f"{s['never_fit']:,}", _f(s.get("jct_mean_s")),
+                      _f(s.get("jct_median_s")), _f(s.get("jct_p95_s")), _f(s.get("wait_mean_s")),
+                      _f((s.get("makespan_s") or 0) / 3600, 1), f"{s['gpu_allocation']:.3f}",
+                      f"{s['fragmentation']:.3f}", _f(s.get("user_slowdown_mean"), 2))
+    return table
+
+
+def _f(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"

@@ -1,0 +1,30 @@
+"""``gpuplace simulate`` end to end on real PAI jobs (a few hundred, to stay fast)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.service.test_cli import gpuplace
+
+
+def test_simulate_compare_writes_summary_csv_and_plots(tmp_path: Path) -> None:
+    out = tmp_path / "sim"
+    result = gpuplace("simulate", "compare", "--cluster", "big-node", "--gpus", "64", "--rate", "1000",
+                      "--jobs", "300", "--queues", "fifo,sjf-oracle,sjf-group-gpu", "--out", str(out), home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    runs = summary["runs"]
+    assert set(runs) == {"fifo/liquid", "sjf-oracle/liquid", "sjf-group-gpu/liquid"}
+    for run in runs.values():
+        assert run["jobs"] == 300 and run["finished"] + run["never_fit"] == 300
+    # on these jobs the oracle, which knows every duration, gets a mean JCT no worse than FIFO
+    assert runs["sjf-oracle/liquid"]["jct_mean_s"] <= runs["fifo/liquid"]["jct_mean_s"]
+    assert (out / "jct_cdf.png").stat().st_size > 0 and (out / "allocation.png").stat().st_size > 0
+    assert (out / "jobs-fifo-liquid.csv").read_text().startswith("job_id,")
+
+
+def test_sjf_model_without_a_champion_says_what_to_do(tmp_path: Path) -> None:
+    result = gpuplace("simulate", "--queue", "sjf-model", "--jobs", "10", home=tmp_path)
+    assert result.returncode == 2
+    assert "gpuplace train" in result.stderr

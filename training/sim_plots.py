@@ -1,0 +1,53 @@
+"""PNG plots of replays: the JCT distribution per run and GPU allocation over time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from placement.sim.engine import SimResult
+
+
+def jct_cdf(results: dict[str, SimResult], path: Path) -> Path:
+    """Empirical CDF of job completion time (log scale), one line per run."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for name, result in results.items():
+        jct = np.sort([r.end_s - r.submit_s for r in result.records if r.end_s is not None])
+        if len(jct):
+            ax.plot(np.maximum(jct, 1.0), np.arange(1, len(jct) + 1) / len(jct), label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time, s (log)")
+    ax.set_ylabel("share of jobs")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def allocation_over_time(results: dict[str, SimResult], path: Path) -> Path:
+    """Allocated share of the cluster's GPUs over time, one line per run."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for name, result in results.items():
+        if result.samples and result.total_gpus:
+            t = np.array([s[0] for s in result.samples]) / 3600.0
+            allocated = np.array([s[1] for s in result.samples]) / result.total_gpus
+            ax.step(t, allocated, where="post", label=name, linewidth=0.8)
+    ax.set_xlabel("hours since the first arrival")
+    ax.set_ylabel("allocated share of GPUs")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def _save(fig: Any, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

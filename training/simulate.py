@@ -1,0 +1,106 @@
+"""Replay comparisons on real traces: which jobs, on which cluster, with which estimates and policies.
+
+Clusters: ``pai`` (the real 1,897-machine PAI cluster, derived topology, jobs keep their GPU type),
+``big-node`` (one machine of N GPUs with 23.22 CPU cores per GPU: the setting of the PAI trace's own
+simulator; no GPU types) and ``openb`` (the openb GPU nodes). Jobs: by default the later 30% of the
+PAI job table - the part no registered model was trained on - so ``sjf-model`` is judged out of
+sample. Every run of a comparison replays exactly the same jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from models.calibrated import CalibratedEstimator
+from placement.cluster import Cluster, Machine, build_cluster
+from placement.cluster_io import load_cluster
+from placement.sim.engine import SimResult, simulate
+from placement.sim.jobs import SimJob
+from placement.sim.metrics import summarise
+from placement.sim.queues import queue_policy
+from training.replay import causal_estimates, sim_jobs
+from training.sources import get_source
+
+CPU_PER_GPU = 23.22
+"""CPU cores per GPU of the big node (the PAI trace simulator's ratio)."""
+
+
+def cluster_for(kind: str, gpus: int = 6500) -> tuple[Cluster, bool]:
+    """The cluster called ``kind`` and whether jobs keep their GPU-type constraints on it."""
+    if kind == "big-node":
+        node = Machine("big-node", "ANY", gpus, gpus * CPU_PER_GPU, gpus * 64.0, gpu_mem_gib=16.0)
+        return build_cluster(f"big-node-{gpus}", [node]), False
+    if kind in ("pai", "openb", "openb-all"):
+        return load_cluster(kind), kind == "pai"
+    raise KeyError(f"unknown cluster {kind!r}; known: pai, big-node, openb, openb-all")
+
+
+def pai_jobs(model: CalibratedEstimator | None, constrain: bool, limit: int | None, arrivals_per_min: float | None,
+             holdout_share: float = 0.3) -> list[SimJob]:
+    """Later ``holdout_share`` of the shipped PAI job table (first ``limit`` of them), with estimates."""
+    table = get_source("pai2020-jobs").load()
+    estimates = causal_estimates(table, "pai2020-jobs", model)
+    order = np.argsort(table["submit_time_s"].to_numpy(), kind="stable")
+    chosen = order[int(len(order) * (1 - holdout_share)):]
+    chosen = chosen[:limit] if limit else chosen
+    return sim_jobs(table.iloc[chosen], estimates.iloc[chosen], constrain, arrivals_per_min)
+
+
+def openb_jobs(limit: int | None) -> list[SimJob]:
+    """openb pods that ran (a duration; not censored), at their creation times, GPU-type constraints kept."""
+    table = get_source("openb2023").load()
+    ran = table[table["duration_s"].notna() & ~table["censored"]].copy()
+    ran["user"] = ran["qos"]
+    ran["assigned_gpu_type"] = pd.NA
+    ran = ran.iloc[:limit] if limit else ran
+    jobs = sim_jobs(ran, pd.DataFrame(index=ran.index), constrain_types=False)
+    types = {str(j): frozenset(str(t).split("|")) for j, t in zip(ran["job_id"], ran["req_gpu_type"], strict=True)
+             if isinstance(t, str)}
+    return [_with_types(j, types.get(j.job_id, frozenset())) for j in jobs]
+
+
+def _with_types(job: SimJob, types: frozenset[str]) -> SimJob:
+    if not types or job.job.gpus == 0:
+        return job
+    from dataclasses import replace
+
+    task = replace(job.job.tasks[0], gpu_types=types)
+    return replace(job, job=replace(job.job, tasks=(task,)))
+
+
+def compare(cluster: Cluster, jobs: Sequence[SimJob], runs: Sequence[tuple[str, str]], out: Path,
+            progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
+    """Replay ``jobs`` once per (queue policy, placement policy); write summary JSON, per-job CSV, plots."""
+    from training.sim_plots import allocation_over_time, jct_cdf
+
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, SimResult] = {}
+    summary: dict[str, Any] = {"cluster": cluster.name, "gpus": cluster.total_gpus, "jobs": len(jobs), "runs": {}}
+    for queue, placement in runs:
+        name = f"{queue}/{placement}"
+        tick = (lambda n, label=name: progress(label, n)) if progress else None
+        result = simulate(cluster, jobs, placement, queue_policy(queue), progress=tick)
+        results[name] = result
+        summary["runs"][name] = _finite(summarise(result))
+        _records_csv(result, out / f"jobs-{queue}-{placement}.csv")
+    summary["never_fit"] = [{"job_id": r.job_id, "reasons": list(r.reasons)}
+                            for r in next(iter(results.values())).records if r.never_fits][:50]
+    summary["plots"] = [str(jct_cdf(results, out / "jct_cdf.png")),
+                        str(allocation_over_time(results, out / "allocation.png"))]
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _records_csv(result: SimResult, path: Path) -> None:
+    pd.DataFrame([r.__dict__ for r in result.records]).drop(columns=["reasons"]).to_csv(path, index=False)
+
+
+def _finite(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in values.items()}
