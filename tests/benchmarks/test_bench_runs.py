@@ -44,3 +44,13 @@ def test_placement_benchmark_runs_and_writes_its_figures(tmp_path: Path) -> None
     assert figures["online"]["arrivals"] == 100 and figures["batch"]["jobs"] == 40
     assert set(figures["batch"]["limits"]["0.5s"]) == {"ffd", "gga", "cpsat"}
     assert "liquid p99 / first-fit p99" in proc.stdout
+
+
+@pytest.mark.slow
+def test_simulation_benchmark_runs_and_writes_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "simulate.json"
+    command = [sys.executable, "tests/benchmarks/bench_sim.py", "--jobs", "500", "--out", str(out)]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(out.read_text())
+    assert figures["jobs"] == 500 and figures["jobs_per_s"] > 0
