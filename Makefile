@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 UV := $(VENV)/bin/uv
 PYTHON ?= python3
 
-.PHONY: setup quickstart test check lint types contracts bench lock
+.PHONY: setup quickstart test check lint types contracts bench lock evaluate
 
 setup: $(VENV)/.installed
 
@@ -17,6 +17,9 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 
 quickstart: setup
 	$(VENV)/bin/gpuplace quickstart
+
+evaluate: setup
+	$(VENV)/bin/gpuplace evaluate --source pai2020-jobs --target duration
 
 test: setup
 	$(PY) -m pytest -q
