@@ -102,7 +102,7 @@ def check_batch(snapshot: ClusterSnapshot, jobs: Sequence[Job]) -> None:
     ids = [j.job_id for j in jobs]
     if len(set(ids)) != len(ids):
         raise ValueError("a batch needs distinct job ids")
-    held = sorted(set(ids) & snapshot.allocations.keys())
+    held = sorted(i for i in set(ids) if i in snapshot.allocations)
     if held:
         raise ValueError(f"jobs already allocated on the snapshot: {held[:5]}")
 

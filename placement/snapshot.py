@@ -13,10 +13,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from types import MappingProxyType
 
 import numpy as np
 import numpy.typing as npt
+from pyrsistent import pmap
+from pyrsistent.typing import PMap
 
 from placement.cluster import Cluster
 
@@ -74,7 +75,8 @@ class ClusterSnapshot:
     gpu_mem_used: IntArray
     cpu_used: IntArray
     mem_used: IntArray
-    allocations: MappingProxyType[str, Allocation] = field(default_factory=lambda: MappingProxyType({}))
+    allocations: PMap[str, Allocation] = field(default_factory=pmap)
+    """Live allocations by job id: a persistent map, so a new snapshot shares it instead of copying."""
 
     @staticmethod
     def empty(cluster: Cluster) -> ClusterSnapshot:
@@ -146,7 +148,7 @@ def apply(snapshot: ClusterSnapshot, allocation: Allocation) -> ClusterSnapshot:
     """A new snapshot with ``allocation`` added (no checks: run the feasibility checker first)."""
     if allocation.job_id in snapshot.allocations:
         raise ValueError(f"job {allocation.job_id!r} is already allocated")
-    return _with(snapshot, allocation, +1, {**snapshot.allocations, allocation.job_id: allocation})
+    return _with(snapshot, allocation, +1, snapshot.allocations.set(allocation.job_id, allocation))
 
 
 def release(snapshot: ClusterSnapshot, job_id: str) -> ClusterSnapshot:
@@ -154,12 +156,11 @@ def release(snapshot: ClusterSnapshot, job_id: str) -> ClusterSnapshot:
     allocation = snapshot.allocations.get(job_id)
     if allocation is None:
         return snapshot
-    rest = {k: v for k, v in snapshot.allocations.items() if k != job_id}
-    return _with(snapshot, allocation, -1, rest)
+    return _with(snapshot, allocation, -1, snapshot.allocations.discard(job_id))
 
 
 def _with(snapshot: ClusterSnapshot, allocation: Allocation, sign: int,
-          allocations: dict[str, Allocation]) -> ClusterSnapshot:
+          allocations: PMap[str, Allocation]) -> ClusterSnapshot:
     gpu_milli, gpu_mem = snapshot.gpu_milli_used.copy(), snapshot.gpu_mem_used.copy()
     cpu, mem = snapshot.cpu_used.copy(), snapshot.mem_used.copy()
     for p in allocation.instances:
@@ -169,4 +170,4 @@ def _with(snapshot: ClusterSnapshot, allocation: Allocation, sign: int,
         cpu[p.machine] += sign * p.cpu_milli
         mem[p.machine] += sign * p.mem_mib
     return ClusterSnapshot(snapshot.cluster, snapshot.generation + 1, _frozen(gpu_milli), _frozen(gpu_mem),
-                           _frozen(cpu), _frozen(mem), MappingProxyType(allocations))
+                           _frozen(cpu), _frozen(mem), allocations)
