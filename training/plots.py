@@ -26,7 +26,7 @@ def predicted_vs_actual(predictions: dict[str, Prediction], actual: FloatArray, 
         ax.set_title(name)
         ax.set_xlabel(f"actual, log10(1 + {unit})")
     axes[0][0].set_ylabel(f"predicted P50, log10(1 + {unit})")
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def calibration(results: dict[str, Any], path: Path) -> Path:
@@ -45,7 +45,7 @@ def calibration(results: dict[str, Any], path: Path) -> Path:
     ax.set_ylabel("share of jobs with actual <= P90")
     ax.set_ylim(0, 1.05)
     ax.legend(fontsize=8, loc="lower right")
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def error_by_depth(results: dict[str, Any], path: Path) -> Path:
@@ -61,10 +61,10 @@ def error_by_depth(results: dict[str, Any], path: Path) -> Path:
     ax.set_xlabel("history depth")
     ax.set_ylabel("mean absolute log error")
     ax.legend(fontsize=7, ncol=2)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
-def _save(fig: Any, path: Path) -> Path:
+def save_png(fig: Any, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

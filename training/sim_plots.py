@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
@@ -12,6 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from placement.sim.engine import SimResult
+from training.plots import save_png
 
 
 def jct_cdf(results: dict[str, SimResult], path: Path) -> Path:
@@ -26,7 +26,7 @@ def jct_cdf(results: dict[str, SimResult], path: Path) -> Path:
     ax.set_ylabel("share of jobs")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def allocation_over_time(results: dict[str, SimResult], path: Path) -> Path:
@@ -42,12 +42,4 @@ def allocation_over_time(results: dict[str, SimResult], path: Path) -> Path:
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
-
-
-def _save(fig: Any, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)
