@@ -61,7 +61,7 @@ def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs
     cluster, constrain = cluster_for(cluster_kind, gpus)
     needs_model = any(q == "sjf-model" for q, _ in runs)
     if trace == "openb2023":
-        replay = openb_jobs(limit)
+        replay = openb_jobs(limit, rate or None)
     else:
         replay = pai_jobs(_champion_duration_model() if needs_model else None, constrain, limit, rate or None)
     folder = out or home() / "simulations" / f"{trace}-{cluster.name}-{'rate' + str(rate) if rate else 'original'}"

@@ -53,14 +53,15 @@ def pai_jobs(model: CalibratedEstimator | None, constrain: bool, limit: int | No
     return sim_jobs(table.iloc[chosen], estimates.iloc[chosen], constrain, arrivals_per_min)
 
 
-def openb_jobs(limit: int | None) -> list[SimJob]:
-    """openb pods that ran (a duration; not censored), at their creation times, GPU-type constraints kept."""
+def openb_jobs(limit: int | None, arrivals_per_min: float | None = None) -> list[SimJob]:
+    """openb pods that ran (a duration; not censored), GPU-type constraints kept, at their creation times
+    or at a fixed rate (a high rate fills the cluster, as the FGD paper's experiments do)."""
     table = get_source("openb2023").load()
     ran = table[table["duration_s"].notna() & ~table["censored"]].copy()
     ran["user"] = ran["qos"]
     ran["assigned_gpu_type"] = pd.NA
     ran = ran.iloc[:limit] if limit else ran
-    jobs = sim_jobs(ran, pd.DataFrame(index=ran.index), constrain_types=False)
+    jobs = sim_jobs(ran, pd.DataFrame(index=ran.index), constrain_types=False, arrivals_per_min=arrivals_per_min)
     types = {str(j): frozenset(str(t).split("|")) for j, t in zip(ran["job_id"], ran["req_gpu_type"], strict=True)
              if isinstance(t, str)}
     return [_with_types(j, types.get(j.job_id, frozenset())) for j in jobs]
