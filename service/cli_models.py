@@ -73,7 +73,8 @@ NameOpt = Annotated[str, typer.Option("--name", help="registered model name")]
 models_app = typer.Typer(help="The model registry: versions, aliases, promotion.", no_args_is_help=True)
 
 
-def _registry(name: str) -> Any:
+def registry(name: str = DEFAULT_MODEL_NAME) -> Any:
+    """The model registry of the working folder (MLflow store from ``mlflow_uri``)."""
     from models.registry import ModelRegistry
 
     home().mkdir(parents=True, exist_ok=True)
@@ -90,10 +91,10 @@ def train(
     """Train a bundle on real traces, log it to MLflow and register it as the challenger."""
     from training.train import train_and_register
 
-    registry = _registry(name)
+    store = registry(name)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("training", total=None)
-        result = train_and_register(registry, source or ["pai2020-jobs"], algo, seed, test_share,
+        result = train_and_register(store, source or ["pai2020-jobs"], algo, seed, test_share,
                                     progress=lambda text: progress.update(task, description=text))
     for report in result.reports.values():
         console.print(estimator_table(report))
@@ -103,10 +104,10 @@ def train(
 @models_app.command("list")
 def list_versions(name: NameOpt = DEFAULT_MODEL_NAME) -> None:
     """Versions, aliases and headline metrics."""
-    table = Table("version", "aliases", "algo", "sources", "duration MALE", "P90 coverage", "best baseline MALE",
+    table = Table("version", "aliases", "algo", "sources", "duration MALE", "P90 coverage", "best duration baseline MALE",
                   title=f"registered model {name} ({mlflow_uri()})")
-    for info in _registry(name).versions():
-        baselines = [v for k, v in info.metrics.items() if ".baseline." in k and k.endswith(".male")]
+    for info in registry(name).versions():
+        baselines = [v for k, v in info.metrics.items() if k.startswith("duration.baseline.") and k.endswith(".male")]
         metric = info.metrics.get
         table.add_row(info.version, ", ".join(info.aliases), info.params.get("algo", ""),
                       info.params.get("sources", ""), _fmt(metric("duration.model.male")),
@@ -120,7 +121,7 @@ def promote(name: NameOpt = DEFAULT_MODEL_NAME,
     """Make the challenger the champion if it beats the champion on the same holdout."""
     from training.promote import promote as gate
 
-    decision = gate(_registry(name), margin)
+    decision = gate(registry(name), margin)
     verdict = "[green]promoted[/]" if decision.promoted else "[yellow]not promoted[/]"
     console.print(f"{verdict}: challenger {decision.challenger}, champion before {decision.champion_before}: "
                   f"{decision.reason}")
@@ -142,7 +143,7 @@ def predict(
     except json.JSONDecodeError as exc:
         raise typer.BadParameter(f"--job is not valid JSON: {exc}") from exc
     rows = payload if isinstance(payload, list) else [payload]
-    _, bundle = _registry(name).load(version)
+    _, bundle = registry(name).load(version)
     result = bundle.predict(None, pd.DataFrame(rows))
     typer.echo(result.to_json(orient="records", indent=2))
 

@@ -13,7 +13,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from service.console import make_console
-from service.workdir import home, mlflow_uri
+from service.workdir import home
 
 console = make_console()
 app = typer.Typer(help="Replay real traces: JCT, waiting, makespan, allocation, fragmentation.",
@@ -79,9 +79,10 @@ def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs
 
 
 def _champion_duration_model() -> Any:
-    from models.registry import CHAMPION, ModelRegistry
+    from models.registry import CHAMPION
+    from service.cli_models import registry as working_registry
 
-    registry = ModelRegistry(mlflow_uri(), artifact_root=home() / "mlartifacts")
+    registry = working_registry()
     if registry.alias_version(CHAMPION) is None:
         raise typer.BadParameter("sjf-model needs a champion model: run `gpuplace train` then `gpuplace models "
                                  "promote` (or leave sjf-model out of --queues)")
