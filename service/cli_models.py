@@ -104,8 +104,8 @@ def train(
 @models_app.command("list")
 def list_versions(name: NameOpt = DEFAULT_MODEL_NAME) -> None:
     """Versions, aliases and headline metrics."""
-    table = Table("version", "aliases", "algo", "sources", "duration MALE", "P90 coverage", "best duration baseline MALE",
-                  title=f"registered model {name} ({mlflow_uri()})")
+    table = Table("version", "aliases", "algo", "sources", "duration MALE", "P90 coverage",
+                  "best duration baseline MALE", title=f"registered model {name} ({mlflow_uri()})")
     for info in registry(name).versions():
         baselines = [v for k, v in info.metrics.items() if k.startswith("duration.baseline.") and k.endswith(".male")]
         metric = info.metrics.get
