@@ -24,7 +24,7 @@ from placement.explain import failure_reasons
 from placement.feasibility import need_of, violations
 from placement.network import DEFAULT_DISTANCE_COST, NetworkTally, placement_cost
 from placement.snapshot import MILLI, Allocation, ClusterSnapshot, InstancePlacement
-from placement.working import Candidates, WorkingState
+from placement.working import Candidates, WorkingState, allocated_share
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -156,7 +156,7 @@ def breakdown(snapshot: ClusterSnapshot, job: Job, allocation: Allocation,
             gpu_used[g] += p.gpu_milli
     touched = np.isin(layout.gpu_machine, machines)
     partial = int(np.count_nonzero(touched & (gpu_used > 0) & (gpu_used < MILLI)))
-    share = WorkingState(snapshot).gpu_allocated_share()[machines]
+    share = allocated_share(layout, snapshot.machine_gpu_milli, snapshot.cpu_used)[machines]
     return {
         "network": placement_cost(job, layout, allocation.instances, config.distance_cost),
         "load_before": float(share.mean()) if len(share) else 0.0,

@@ -157,8 +157,12 @@ class WorkingState:
 
     def gpu_allocated_share(self) -> npt.NDArray[np.float64]:
         """Allocated share of each machine's GPUs (0..1; CPU-only machines by CPU instead)."""
-        layout = self.layout
-        total = layout.gpu_count * MILLI
-        cpu_share = self.cpu / np.maximum(layout.cpu_cap, 1)
-        share: npt.NDArray[np.float64] = np.where(total > 0, self.machine_milli / np.maximum(total, 1), cpu_share)
-        return share
+        return allocated_share(self.layout, self.machine_milli, self.cpu)
+
+
+def allocated_share(layout: Layout, machine_milli: IntArray, cpu_used: IntArray) -> npt.NDArray[np.float64]:
+    """Allocated share of each machine's GPUs (0..1); a CPU-only machine counts its CPU instead."""
+    total = layout.gpu_count * MILLI
+    cpu_share = cpu_used / np.maximum(layout.cpu_cap, 1)
+    share: npt.NDArray[np.float64] = np.where(total > 0, machine_milli / np.maximum(total, 1), cpu_share)
+    return share

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from models.baselines import GlobalMedian, HistoryBaseline, RequestBaseline
-from models.calibrated import CalibratedEstimator, depth_labels
+from models.calibrated import DEFAULT_DEPTH_EDGES, CalibratedEstimator, depth_labels
 from models.prediction import FloatArray, Prediction
 from models.protocol import Estimator
 from training.features import TargetSpec, build_features, target_rows
@@ -90,7 +90,7 @@ def evaluate(split: Split, estimators: dict[str, Estimator],
 
 def by_depth(predicted: Prediction, actual: FloatArray, depth: FloatArray) -> dict[str, dict[str, float]]:
     """Metrics per history-depth bucket (0, 1, 2-3, 4-10, >10)."""
-    edges = np.asarray([1, 2, 4, 11])
+    edges = np.asarray(DEFAULT_DEPTH_EDGES)
     bucket = np.searchsorted(edges, np.nan_to_num(depth, nan=0.0), side="right")
     out = {}
     for b, label in enumerate(depth_labels()):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +71,6 @@ def openb_jobs(limit: int | None, arrivals_per_min: float | None = None) -> list
 def _with_types(job: SimJob, types: frozenset[str]) -> SimJob:
     if not types or job.job.gpus == 0:
         return job
-    from dataclasses import replace
-
     task = replace(job.job.tasks[0], gpu_types=types)
     return replace(job, job=replace(job.job, tasks=(task,)))
 
