@@ -158,11 +158,11 @@ def realise(snapshot: ClusterSnapshot, plan: Sequence[PlanEntry], repair: bool =
     for job, machines in plan:
         if machines is None:
             continue
-        saved = (working.gpu_milli.copy(), working.gpu_mem.copy(), working.cpu.copy(), working.mem.copy())
+        saved = working.checkpoint()
         placed, moved = _reserve(working, job, machines, repair)
         repairs += moved
         if placed is None:
-            working.gpu_milli, working.gpu_mem, working.cpu, working.mem = saved
+            working.restore(saved)
             notes.append(f"{job.job_id}: an instance fitted no machine when decoded; job dropped")
             continue
         if moved:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from placement.demand import Job, Task
-from placement.snapshot import MIB_PER_GIB, MILLI, Allocation, ClusterSnapshot, InstancePlacement, apply, up
+from placement.snapshot import MIB_PER_GIB, MILLI, Allocation, ClusterSnapshot, InstancePlacement, up
 
 
 @dataclass(frozen=True)
@@ -55,18 +55,39 @@ def violations(snapshot: ClusterSnapshot, job: Job, allocation: Allocation) -> l
         return problems
     if job.job_id in snapshot.allocations:
         return [f"job {job.job_id} is already allocated"]
-    layout = snapshot.layout
+    needs = [need_of(t) for t in job.tasks]
     for i, placement in enumerate(allocation.instances):
-        problems += _instance(snapshot, job.tasks[placement.task], placement, i)
+        problems += _instance(snapshot, job.tasks[placement.task], needs[placement.task], placement, i)
     if problems:
         return problems
-    after = apply(snapshot, allocation)
-    for name, used, cap in (("GPU share", after.gpu_milli_used, np.full(len(layout.gpu_machine), MILLI)),
-                            ("GPU memory", after.gpu_mem_used, layout.gpu_mem_cap),
-                            ("CPU", after.cpu_used, layout.cpu_cap), ("memory", after.mem_used, layout.mem_cap)):
-        over = np.flatnonzero(used > cap)
+    return _over_capacity(snapshot, allocation)
+
+
+def _over_capacity(snapshot: ClusterSnapshot, allocation: Allocation) -> list[str]:
+    """Capacity checks on the GPUs and machines the allocation touches (nothing else changes)."""
+    layout = snapshot.layout
+    gpu_add: dict[int, list[int]] = {}
+    machine_add: dict[int, list[int]] = {}
+    for p in allocation.instances:
+        for g in p.gpus:
+            added = gpu_add.setdefault(g, [0, 0])
+            added[0] += p.gpu_milli
+            added[1] += p.gpu_mem_mib
+        added = machine_add.setdefault(p.machine, [0, 0])
+        added[0] += p.cpu_milli
+        added[1] += p.mem_mib
+    gpus, machines = sorted(gpu_add), sorted(machine_add)
+    problems = []
+    for name, index, used, extra, cap in (
+            ("GPU share", gpus, snapshot.gpu_milli_used, [gpu_add[g][0] for g in gpus], [MILLI] * len(gpus)),
+            ("GPU memory", gpus, snapshot.gpu_mem_used, [gpu_add[g][1] for g in gpus], layout.gpu_mem_cap[gpus]),
+            ("CPU", machines, snapshot.cpu_used, [machine_add[m][0] for m in machines], layout.cpu_cap[machines]),
+            ("memory", machines, snapshot.mem_used, [machine_add[m][1] for m in machines], layout.mem_cap[machines])):
+        after = used[index] + np.asarray(extra, dtype=np.int64)
+        over = np.flatnonzero(after > np.asarray(cap))
         if over.size:
-            problems.append(f"{name} over capacity at index {int(over[0])}: {int(used[over[0]])} > {int(cap[over[0]])}")
+            problems.append(f"{name} over capacity at index {index[int(over[0])]}: {int(after[over[0]])} > "
+                            f"{int(np.asarray(cap)[over[0]])}")
     return problems
 
 
@@ -80,7 +101,7 @@ def _gang(job: Job, allocation: Allocation) -> list[str]:
     return []
 
 
-def _instance(snapshot: ClusterSnapshot, task: Task, p: InstancePlacement, i: int) -> list[str]:
+def _instance(snapshot: ClusterSnapshot, task: Task, need: Need, p: InstancePlacement, i: int) -> list[str]:
     layout = snapshot.layout
     if not 0 <= p.machine < len(layout.cpu_cap):
         return [f"instance {i}: no machine {p.machine}"]
@@ -88,7 +109,6 @@ def _instance(snapshot: ClusterSnapshot, task: Task, p: InstancePlacement, i: in
     machine_type = layout.gpu_types[int(layout.gpu_type[p.machine])]
     if task.gpu > 0 and task.gpu_types and machine_type not in task.gpu_types:
         problems.append(f"instance {i}: GPU type {machine_type} not in {sorted(task.gpu_types)}")
-    need = need_of(task)
     on_machine = all(0 <= g < len(layout.gpu_machine) and layout.gpu_machine[g] == p.machine for g in p.gpus)
     expected_gpus = need.whole_gpus or (1 if task.gpu > 0 else 0)
     if len(set(p.gpus)) != len(p.gpus) or len(p.gpus) != expected_gpus or not on_machine:

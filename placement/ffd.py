@@ -34,10 +34,10 @@ def ffd_plan(snapshot: ClusterSnapshot, jobs: Sequence[Job]) -> list[PlanEntry]:
     working = WorkingState(snapshot)
     plan: list[PlanEntry] = []
     for job in ffd_order(jobs):
-        saved = (working.gpu_milli.copy(), working.gpu_mem.copy(), working.cpu.copy(), working.mem.copy())
+        saved = working.checkpoint()
         machines, _ = first_fit_job(working, job)
         if machines is None:
-            working.gpu_milli, working.gpu_mem, working.cpu, working.mem = saved
+            working.restore(saved)
         plan.append((job, machines))
     return plan
 

@@ -104,10 +104,9 @@ class NetworkTally:
 
     def _nearest_level(self) -> npt.NDArray[np.int64]:
         fp = self.footprint
-        on_machine = fp.machine > 0
-        in_rack = fp.rack[self.layout.rack] > 0
-        in_domain = fp.domain[self.layout.domain] > 0
-        level: npt.NDArray[np.int64] = np.select([on_machine, in_rack, in_domain], [0, 1, 2], 3).astype(np.int64)
+        # nested: on the machine implies in its rack implies in its domain
+        level: npt.NDArray[np.int64] = 3 - ((fp.machine > 0).astype(np.int64) + (fp.rack[self.layout.rack] > 0)
+                                            + (fp.domain[self.layout.domain] > 0))
         return level
 
     def record(self, placement: InstancePlacement, added_cost: float) -> None:
@@ -129,5 +128,5 @@ def placement_cost(job: Job, layout: Layout, placements: Sequence[InstancePlacem
     if tally.n_ps:  # pairwise: order does not matter; add PS first so each worker sees them all
         placements = sorted(placements, key=lambda p: job.tasks[p.task].role is not Role.PS)
     for p in placements:
-        tally.record(p, float(tally.increment(p.task)[p.machine]))
+        tally.record(p, tally.increment_at(p.task, p.machine))
     return tally.total

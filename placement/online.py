@@ -11,7 +11,7 @@ Every placed decision passes :func:`placement.feasibility.violations` before it 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -19,12 +19,12 @@ import numpy as np
 import numpy.typing as npt
 
 from placement.decision import Decision, Verdict
-from placement.demand import Job, Role
+from placement.demand import Job, Role, Task
 from placement.explain import failure_reasons
 from placement.feasibility import need_of, violations
 from placement.network import DEFAULT_DISTANCE_COST, NetworkTally, placement_cost
-from placement.snapshot import MILLI, Allocation, ClusterSnapshot, InstancePlacement
-from placement.working import Candidates, WorkingState, allocated_share
+from placement.snapshot import MILLI, Allocation, ClusterSnapshot, InstancePlacement, Layout, empty_snapshot
+from placement.working import Candidates, WorkingState
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -68,10 +68,14 @@ def never_fills(job: Job, task_index: int) -> bool:
     return False
 
 
+def task_order(job: Job) -> list[int]:
+    """Task indices in placement order: workers and other GPU-heavy tasks first, parameter servers last."""
+    return sorted(range(len(job.tasks)), key=lambda i: (job.tasks[i].role is Role.PS, -job.tasks[i].gpu, i))
+
+
 def instance_order(job: Job) -> list[int]:
-    """Task index per instance: workers and other GPU-heavy instances first, parameter servers last."""
-    order = sorted(range(len(job.tasks)), key=lambda i: (job.tasks[i].role is Role.PS, -job.tasks[i].gpu, i))
-    return [i for i in order for _ in range(job.tasks[i].instances)]
+    """Task index per instance, in :func:`task_order`."""
+    return [i for i in task_order(job) for _ in range(job.tasks[i].instances)]
 
 
 def place_greedy(snapshot: ClusterSnapshot, job: Job, policy: str, choose: Chooser,
@@ -83,7 +87,7 @@ def place_greedy(snapshot: ClusterSnapshot, job: Job, policy: str, choose: Choos
     only need the allocation, like the simulator).
     """
     started = time.perf_counter()
-    placed, failed = _build(snapshot, job, choose, config, fills)
+    placed, failed, network_cost = _build(snapshot, job, choose, config, fills)
     if failed is not None and not explain:
         return Decision(job.job_id, policy, Verdict.UNSCHEDULABLE_NOW, snapshot.generation)
     if failed is not None:
@@ -96,69 +100,86 @@ def place_greedy(snapshot: ClusterSnapshot, job: Job, policy: str, choose: Choos
     problems = violations(snapshot, job, allocation)
     if problems:  # a bug in a policy, never a property of the input
         raise RuntimeError(f"policy {policy} produced an infeasible allocation for {job.job_id}: {problems}")
-    score = breakdown(snapshot, job, allocation, config) if explain else {}
+    score = breakdown(snapshot, job, allocation, config, network_cost) if explain else {}
     score["latency_ms"] = (time.perf_counter() - started) * 1e3
     return Decision(job.job_id, policy, Verdict.PLACED, snapshot.generation, allocation, MappingProxyType(score))
 
 
 def _build(snapshot: ClusterSnapshot, job: Job, choose: Chooser, config: PlacementConfig,
-           fills: Fills) -> tuple[list[InstancePlacement], tuple[int, Candidates] | None]:
-    """Place instances in :func:`instance_order`. Where ``fills`` says so, the chosen machine takes as
-    many further instances of the same task as it can hold before the machines are scored again:
-    for packing scorers the machine just chosen stays the best, so this is the same greedy, faster."""
+           fills: Fills) -> tuple[list[InstancePlacement], tuple[int, Candidates] | None, float]:
+    """Place instances in :func:`instance_order`; also returns the network cost of what was placed.
+
+    Where ``fills`` says so, the chosen machine takes as many further instances of the same task as it
+    can hold before the machines are scored again: for packing scorers the machine just chosen stays
+    the best, so this is the same greedy, faster."""
     working = WorkingState(snapshot)
     network = NetworkTally(job, snapshot.layout, config.distance_cost)
-    needs = [need_of(t) for t in job.tasks]
     placed: list[InstancePlacement] = []
-    order = instance_order(job)
-    position = 0
-    while position < len(order):
-        task_index = order[position]
-        candidates = working.candidates(job.tasks[task_index], needs[task_index])
-        if not candidates.ok.any():
-            return placed, (task_index, candidates)
-        step = Step(job, task_index, candidates, working, network, config, placed)
-        machine = int(np.argmin(np.where(candidates.ok, choose(step), np.inf)))
-        run = 1
-        while position + run < len(order) and order[position + run] == task_index:
-            run += 1
-        count = min(run, max(1, working.room_on(machine, needs[task_index]))) if fills(job, task_index) else 1
-        for _ in range(count):
-            increment = network.increment_at(task_index, machine)
-            placement = working.take(machine, task_index, needs[task_index])
-            network.record(placement, increment)
-            placed.append(placement)
-        position += count
-    return placed, None
+    for task_index in task_order(job):
+        task = job.tasks[task_index]
+        need, fill, remaining = need_of(task), fills(job, task_index), task.instances
+        while remaining:
+            candidates = working.candidates(task, need)
+            if not candidates.ok.any():
+                return placed, (task_index, candidates), network.total
+            step = Step(job, task_index, candidates, working, network, config, placed)
+            machine = int(np.argmin(np.where(candidates.ok, choose(step), np.inf)))
+            count = min(remaining, max(1, working.room_on(machine, need))) if fill else 1
+            for placement in working.take_many(machine, task_index, need, count):
+                network.record(placement, network.increment_at(task_index, machine))
+                placed.append(placement)
+            remaining -= count
+    return placed, None, network.total
 
 
-_EMPTY: dict[int, ClusterSnapshot] = {}
+_FITS_EMPTY: dict[tuple[int, tuple[Task, ...]], bool] = {}
+_FITS_EMPTY_MAX = 4096
+
+
+def _first_machine(step: Step) -> FloatArray:
+    return np.zeros(step.working.n_machines)
+
+
+def _fill(job: Job, task_index: int) -> bool:
+    return True
 
 
 def _wait_or_never(snapshot: ClusterSnapshot, job: Job, choose: Chooser, config: PlacementConfig,
                    fills: Fills) -> Verdict:
-    """``unschedulable-now`` if the job fits the same cluster with nothing allocated, else ``can-never-fit``."""
-    empty = _EMPTY.get(id(snapshot.cluster))
-    if empty is None or empty.cluster is not snapshot.cluster:
-        empty = _EMPTY[id(snapshot.cluster)] = ClusterSnapshot.empty(snapshot.cluster)
-    _, failed = _build(empty, job, choose, config, fills)
-    return Verdict.CAN_NEVER_FIT if failed is not None else Verdict.UNSCHEDULABLE_NOW
+    """``unschedulable-now`` if the job fits the same cluster with nothing allocated (placed there by
+    first fit, packing each machine, or else by the policy itself), else ``can-never-fit``. Remembered
+    per cluster and job shape: the answer does not depend on what is allocated."""
+    empty = empty_snapshot(snapshot.cluster)
+    key = (id(empty), job.tasks)
+    fits = _FITS_EMPTY.get(key)
+    if fits is None:
+        fits = (_build(empty, job, _first_machine, config, _fill)[1] is None
+                or _build(empty, job, choose, config, fills)[1] is None)
+        if len(_FITS_EMPTY) >= _FITS_EMPTY_MAX:
+            _FITS_EMPTY.clear()
+        _FITS_EMPTY[key] = fits
+    return Verdict.UNSCHEDULABLE_NOW if fits else Verdict.CAN_NEVER_FIT
 
 
-def breakdown(snapshot: ClusterSnapshot, job: Job, allocation: Allocation,
-              config: PlacementConfig) -> dict[str, float]:
-    """Score terms of a placed job: network cost, load of the chosen machines, span, fragmentation."""
+def breakdown(snapshot: ClusterSnapshot, job: Job, allocation: Allocation, config: PlacementConfig,
+              network_cost: float | None = None) -> dict[str, float]:
+    """Score terms of a placed job: network cost (``network_cost`` when the caller tallied it while
+    placing, in the allocation's order), load of the chosen machines, span, fragmentation."""
     layout = snapshot.layout
     machines = sorted(allocation.machines())
-    gpu_used = snapshot.gpu_milli_used.copy()
+    added: dict[int, int] = {}
     for p in allocation.instances:
         for g in p.gpus:
-            gpu_used[g] += p.gpu_milli
-    touched = np.isin(layout.gpu_machine, machines)
-    partial = int(np.count_nonzero(touched & (gpu_used > 0) & (gpu_used < MILLI)))
-    share = allocated_share(layout, snapshot.machine_gpu_milli, snapshot.cpu_used)[machines]
+            added[g] = added.get(g, 0) + p.gpu_milli
+    partial = 0
+    for m in machines:
+        first = int(layout.gpu_first[m])
+        for g, used in enumerate(snapshot.gpu_milli_used[first:first + int(layout.gpu_count[m])].tolist(), first):
+            partial += 0 < used + added.get(g, 0) < MILLI
+    share = snapshot.machine_share[machines]
     return {
-        "network": placement_cost(job, layout, allocation.instances, config.distance_cost),
+        "network": (placement_cost(job, layout, allocation.instances, config.distance_cost)
+                    if network_cost is None else network_cost),
         "load_before": float(share.mean()) if len(share) else 0.0,
         "machines": float(len(machines)),
         "racks": float(len({int(layout.rack[m]) for m in machines})),
@@ -167,6 +188,17 @@ def breakdown(snapshot: ClusterSnapshot, job: Job, allocation: Allocation,
     }
 
 
-def tiers(config: PlacementConfig, gpu_types: Sequence[str]) -> FloatArray:
-    """Tier of each GPU type name (higher = scarcer, more capable)."""
-    return np.array([config.gpu_tier.get(t, 2) for t in gpu_types], dtype=float)
+_TIERS: dict[tuple[int, tuple[tuple[str, int], ...]], tuple[Layout, FloatArray]] = {}
+
+
+def machine_tiers(config: PlacementConfig, layout: Layout) -> FloatArray:
+    """Tier of each machine's GPU type (higher = scarcer, more capable; unknown types 2). Cached per
+    layout and tier table; read-only."""
+    key = (id(layout), tuple(sorted(config.gpu_tier.items())))
+    cached = _TIERS.get(key)
+    if cached is None or cached[0] is not layout:
+        by_type = np.array([config.gpu_tier.get(t, 2) for t in layout.gpu_types], dtype=float)
+        tier = by_type[layout.gpu_type] if len(by_type) else np.zeros(len(layout.gpu_type))
+        tier.flags.writeable = False
+        cached = _TIERS[key] = (layout, tier)
+    return cached[1]

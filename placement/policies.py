@@ -21,7 +21,7 @@ import numpy as np
 
 from placement.decision import Decision
 from placement.demand import Job, Role
-from placement.online import Chooser, Fills, FloatArray, PlacementConfig, Step, never_fills, place_greedy, tiers
+from placement.online import Chooser, Fills, FloatArray, PlacementConfig, Step, machine_tiers, never_fills, place_greedy
 from placement.snapshot import ClusterSnapshot
 
 EPSILON = 1e-6
@@ -32,7 +32,7 @@ def _liquid(step: Step) -> FloatArray:
     task = step.job.tasks[step.task_index]
     share = step.working.gpu_allocated_share()
     load = share if task.role is Role.PS and step.job.has_ps else 1.0 - share
-    tier = tiers(c, step.working.layout.gpu_types)[step.working.layout.gpu_type]
+    tier = machine_tiers(c, step.working.layout)
     scarce = tier / max(tier.max(), 1.0) if task.gpu > 0 and not task.gpu_types else 0.0
     fit = EPSILON * step.candidates.free_whole
     result: FloatArray = c.w_network * step.network.increment(step.task_index) + c.w_load * load + \
@@ -46,7 +46,7 @@ def _first_fit(step: Step) -> FloatArray:
 
 def _pack(step: Step) -> FloatArray:
     layout = step.working.layout
-    tier = tiers(step.config, layout.gpu_types)[layout.gpu_type]
+    tier = machine_tiers(step.config, layout)
     big = step.job.gpus >= step.config.big_job_gpus
     busy = 1.0 - step.working.gpu_allocated_share()
     result: FloatArray = (-tier if big else tier) * 10.0 + busy

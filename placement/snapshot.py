@@ -97,6 +97,13 @@ class ClusterSnapshot:
                                    minlength=len(self.cpu_used)).astype(np.int64))
 
     @cached_property
+    def machine_share(self) -> npt.NDArray[np.float64]:
+        """Allocated share of each machine's GPUs, 0..1 (a CPU-only machine: of its CPU)."""
+        share = allocated_share(self.layout, self.machine_gpu_milli, self.cpu_used)
+        share.flags.writeable = False
+        return share
+
+    @cached_property
     def machine_free_whole(self) -> IntArray:
         """Completely free GPUs per machine (no share and no memory taken)."""
         free = (self.gpu_milli_used == 0) & (self.gpu_mem_used == 0)
@@ -144,6 +151,17 @@ def layout_of(cluster: Cluster) -> Layout:
     return layout
 
 
+_EMPTY: dict[int, ClusterSnapshot] = {}
+
+
+def empty_snapshot(cluster: Cluster) -> ClusterSnapshot:
+    """The (cached) snapshot of ``cluster`` with nothing allocated: what a job could get at best."""
+    cached = _EMPTY.get(id(cluster))
+    if cached is None or cached.cluster is not cluster:
+        cached = _EMPTY[id(cluster)] = ClusterSnapshot.empty(cluster)
+    return cached
+
+
 def apply(snapshot: ClusterSnapshot, allocation: Allocation) -> ClusterSnapshot:
     """A new snapshot with ``allocation`` added (no checks: run the feasibility checker first)."""
     if allocation.job_id in snapshot.allocations:
@@ -171,3 +189,11 @@ def _with(snapshot: ClusterSnapshot, allocation: Allocation, sign: int,
         mem[p.machine] += sign * p.mem_mib
     return ClusterSnapshot(snapshot.cluster, snapshot.generation + 1, _frozen(gpu_milli), _frozen(gpu_mem),
                            _frozen(cpu), _frozen(mem), allocations)
+
+
+def allocated_share(layout: Layout, machine_milli: IntArray, cpu_used: IntArray) -> npt.NDArray[np.float64]:
+    """Allocated share of each machine's GPUs (0..1); a CPU-only machine counts its CPU instead."""
+    total = layout.gpu_count * MILLI
+    cpu_share = cpu_used / np.maximum(layout.cpu_cap, 1)
+    share: npt.NDArray[np.float64] = np.where(total > 0, machine_milli / np.maximum(total, 1), cpu_share)
+    return share

@@ -9,6 +9,7 @@ The service keeps the same contract in a database (``service``); this store keep
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -69,15 +70,17 @@ class MemoryStore:
             return changed
 
 
-def place_and_commit(store: StateStore, policy: OnlinePolicy, job: Job, attempts: int = 8) -> tuple[Decision, bool]:
-    """Decide on a fresh snapshot and commit; on a conflict decide again (at most ``attempts`` times).
+def place_and_commit(store: StateStore, policy: OnlinePolicy, job: Job, attempts: int = 8,
+                     commit: Callable[[Decision, Job], CommitStatus] | None = None) -> tuple[Decision, bool]:
+    """Decide on a fresh snapshot and commit (``store.commit``, or ``commit`` for a store that keeps
+    more with the decision); on a conflict decide again (at most ``attempts`` times).
 
     Returns the last decision and whether it was committed.
     """
     decision: Decision | None = None
     for _ in range(attempts):
         decision = policy(store.snapshot(), job)
-        status = store.commit(decision, job)
+        status = (commit or store.commit)(decision, job)
         if status is not CommitStatus.CONFLICT:
             return decision, status is CommitStatus.COMMITTED
     assert decision is not None
