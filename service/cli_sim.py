@@ -24,6 +24,10 @@ ClusterOpt = Annotated[str, typer.Option(help="pai, big-node, openb or openb-all
 GpusOpt = Annotated[int, typer.Option(min=1, help="GPUs of the big node")]
 RateOpt = Annotated[float, typer.Option(min=0.0, help="arrivals per minute in trace order; 0 = original times")]
 JobsOpt = Annotated[int, typer.Option(min=1, help="jobs to replay")]
+WindowOpt = Annotated[float, typer.Option(min=1.0, help="batch placements (gga, cpsat, ffd): window length, s")]
+LimitOpt = Annotated[float, typer.Option(min=0.05, help="batch placements: solver time limit per window, s")]
+BatchJobsOpt = Annotated[int, typer.Option(min=1, help="batch placements: most jobs handed over per window")]
+PLACEMENTS = "liquid, first-fit, pack, balance, random (online), or gga, cpsat, ffd (batch windows)"
 
 
 @app.callback()
@@ -33,12 +37,13 @@ def simulate(
     cluster: ClusterOpt = "pai",
     queue: Annotated[str, typer.Option(help="fifo, sjf-oracle, sjf-user, sjf-group, sjf-group-gpu, sjf-model, "
                                             "sjf-alibaba-group-gpu, drf")] = "fifo",
-    placement: Annotated[str, typer.Option(help="liquid, first-fit, pack, balance, random")] = "liquid",
+    placement: Annotated[str, typer.Option(help=PLACEMENTS)] = "liquid",
     gpus: GpusOpt = 6500, rate: RateOpt = 0.0, jobs: JobsOpt = 20000, out: Path | None = None,
+    window: WindowOpt = 60.0, batch_limit: LimitOpt = 1.0, batch_jobs: BatchJobsOpt = 64,
 ) -> None:
     """Replay one queue and placement policy."""
     if ctx.invoked_subcommand is None:
-        _run(trace, cluster, gpus, rate, jobs, [(queue, placement)], out)
+        _run(trace, cluster, gpus, rate, jobs, [(queue, placement)], out, (window, batch_limit, batch_jobs))
 
 
 @app.command("compare")
@@ -47,16 +52,27 @@ def compare(
     jobs: JobsOpt = 20000, out: Path | None = None,
     queues: Annotated[str, typer.Option(help="comma-separated queue policies")] =
     "fifo,sjf-oracle,sjf-user,sjf-group,sjf-group-gpu,sjf-model,sjf-alibaba-group-gpu",
-    placements: Annotated[str, typer.Option(help="comma-separated placement policies")] = "liquid",
+    placements: Annotated[str, typer.Option(help=f"comma-separated: {PLACEMENTS}")] = "liquid",
+    window: WindowOpt = 60.0, batch_limit: LimitOpt = 1.0, batch_jobs: BatchJobsOpt = 64,
 ) -> None:
     """Several queue x placement policies on the same jobs, side by side."""
     runs = [(q, p) for q in queues.split(",") for p in placements.split(",")]
-    _run(trace, cluster, gpus, rate, jobs, runs, out)
+    _run(trace, cluster, gpus, rate, jobs, runs, out, (window, batch_limit, batch_jobs))
 
 
 def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs: list[tuple[str, str]],
-         out: Path | None) -> None:
+         out: Path | None, batch: tuple[float, float, int]) -> None:
+    from placement.batch import BATCH_POLICIES
+    from placement.policies import CHOOSERS
+    from placement.sim.engine import BatchWindow
+    from placement.sim.queues import queue_policy
     from training.simulate import cluster_for, compare, openb_jobs, pai_jobs
+
+    for queue, placement in runs:
+        queue_policy(queue)  # KeyError naming the known ones
+        if placement not in CHOOSERS and placement not in BATCH_POLICIES:
+            raise KeyError(f"unknown placement {placement!r}; known: {', '.join([*CHOOSERS, *BATCH_POLICIES])}")
+    window = BatchWindow("ffd", every_s=batch[0], time_limit_s=batch[1], max_jobs=batch[2])
 
     cluster, constrain = cluster_for(cluster_kind, gpus)
     needs_model = any(q == "sjf-model" for q, _ in runs)
@@ -73,7 +89,7 @@ def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs
             done[run] = arrived
             progress.update(bar, completed=sum(done.values()), description=f"replaying {run}")
 
-        summary = compare(cluster, replay, runs, folder, tick)
+        summary = compare(cluster, replay, runs, folder, tick, window)
     console.print(summary_table(summary))
     console.print(f"summary.json, per-job CSV and plots: {folder}")
 

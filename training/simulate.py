@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +20,10 @@ import numpy as np
 import pandas as pd
 
 from models.calibrated import CalibratedEstimator
+from placement.batch import BATCH_POLICIES
 from placement.cluster import Cluster, Machine, build_cluster
 from placement.cluster_io import load_cluster
-from placement.sim.engine import SimResult, simulate
+from placement.sim.engine import BatchWindow, SimResult, simulate
 from placement.sim.jobs import SimJob
 from placement.sim.metrics import summarise
 from placement.sim.queues import queue_policy
@@ -76,8 +77,12 @@ def _with_types(job: SimJob, types: frozenset[str]) -> SimJob:
 
 
 def compare(cluster: Cluster, jobs: Sequence[SimJob], runs: Sequence[tuple[str, str]], out: Path,
-            progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
-    """Replay ``jobs`` once per (queue policy, placement policy); write summary JSON, per-job CSV, plots."""
+            progress: Callable[[str, int], None] | None = None, window: BatchWindow | None = None) -> dict[str, Any]:
+    """Replay ``jobs`` once per (queue policy, placement policy); write summary JSON, per-job CSV, plots.
+
+    A placement named after a batch policy (``gga``, ``cpsat``, ``ffd``) replays with batch windows
+    (``window``'s settings, that policy) instead of online placement.
+    """
     from training.sim_plots import allocation_over_time, jct_cdf
 
     out.mkdir(parents=True, exist_ok=True)
@@ -86,9 +91,12 @@ def compare(cluster: Cluster, jobs: Sequence[SimJob], runs: Sequence[tuple[str, 
     for queue, placement in runs:
         name = f"{queue}/{placement}"
         tick = (lambda n, label=name: progress(label, n)) if progress else None
-        result = simulate(cluster, jobs, placement, queue_policy(queue), progress=tick)
+        batch = replace(window or BatchWindow(), policy=placement) if placement in BATCH_POLICIES else None
+        result = simulate(cluster, jobs, "liquid" if batch else placement, queue_policy(queue), progress=tick,
+                          batch=batch)
         results[name] = result
-        summary["runs"][name] = _finite(summarise(result))
+        summary["runs"][name] = _finite(summarise(result)) | (
+            {"batch_window": asdict(batch), "batch_stops": dict(result.batch_stops)} if batch else {})
         _records_csv(result, out / f"jobs-{queue}-{placement}.csv")
     summary["never_fit"] = [{"job_id": r.job_id, "reasons": list(r.reasons)}
                             for r in next(iter(results.values())).records if r.never_fits][:50]

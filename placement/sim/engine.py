@@ -2,9 +2,16 @@
 
 At every event time the simulator first applies completions (releasing their resources), then
 arrivals, then offers the waiting jobs to the placement policy in the queue policy's order. Every
-job that fits is started (later jobs may start ahead of a blocked earlier one: backfilling); the
-rest wait. A job that could not fit the cluster even empty is reported and dropped, never silently.
-The replay is deterministic: ties break by event kind, arrival and job id; policies are seeded.
+job that fits is started (later jobs may start ahead of a blocked earlier one: backfilling, up to
+``max_tries_per_pass`` jobs looked at per pass); the rest wait. A job that could not fit the cluster
+even empty is reported and dropped, never silently. The replay is deterministic: ties break by event
+kind, arrival and job id; policies are seeded.
+
+With a :class:`BatchWindow`, jobs are not placed one by one: at the end of every window of
+``every_s`` seconds in which something arrived or finished, the first ``max_jobs`` waiting jobs (queue
+order) that could fit the free capacity go to a batch policy (``gga``, ``cpsat``, ``ffd``) together.
+A time-limited solver is reproducible only when it stops before its limit (stall, bound, optimum);
+the result counts each window's stop reason.
 
 Time-weighted series are kept for the metrics (``placement.sim.metrics``): allocated GPUs, and free
 GPUs while at least one job waits (free but unusable capacity: fragmentation).
@@ -13,22 +20,25 @@ GPUs while at least one job waits (free but unusable capacity: fragmentation).
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
-from collections.abc import Callable, Sequence
+import math
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
+from placement.batch import batch_policy
 from placement.cluster import Cluster
-from placement.feasibility import need_of
+from placement.feasibility import Need, need_of
 from placement.online import PlacementConfig
 from placement.policies import OnlinePolicy, online_policy
 from placement.sim.jobs import SimJob
-from placement.sim.queues import QueueOrder
-from placement.snapshot import MILLI, ClusterSnapshot, apply, release
+from placement.sim.queues import QueuePolicy, WaitingQueue
+from placement.snapshot import MILLI, Allocation, ClusterSnapshot, apply, release
 from placement.working import type_mask_of
 
-FINISH, ARRIVE = 0, 1
+FINISH, ARRIVE, TICK = 0, 1, 2
 
 
 @dataclass
@@ -44,6 +54,22 @@ class JobRecord:
     reasons: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class BatchWindow:
+    """Batch scheduling: every ``every_s`` seconds hand up to ``max_jobs`` waiting jobs to ``policy``."""
+
+    policy: str = "gga"
+    every_s: float = 60.0
+    time_limit_s: float = 1.0
+    max_jobs: int = 64
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        batch_policy(self.policy)  # KeyError naming the known ones
+        if not (self.every_s > 0 and self.time_limit_s > 0 and self.max_jobs >= 1):
+            raise ValueError("a batch window needs every_s > 0, time_limit_s > 0 and max_jobs >= 1")
+
+
 @dataclass
 class SimResult:
     records: list[JobRecord]
@@ -51,28 +77,64 @@ class SimResult:
     """(time, allocated GPUs, free GPUs, waiting jobs) after each event time."""
     total_gpus: float = 0.0
     decisions: int = 0
+    batch_stops: Counter[str] = field(default_factory=Counter)
+    """Batch windows by how their solver stopped ("stall", "time", "optimal", ...)."""
+
+
+@dataclass(frozen=True)
+class _Demand:
+    """What one job needs in total (integer units), its per-task needs and its shape."""
+
+    gpu_milli: int
+    whole_gpus: int
+    cpu_milli: int
+    mem_mib: int
+    needs: tuple[Need, ...]
+    shape: tuple[str, ...]
+
+    @staticmethod
+    def of(job: SimJob) -> _Demand:
+        needs = tuple(need_of(t) for t in job.job.tasks)
+        gpu = sum((n.whole_gpus * MILLI or n.gpu_milli) * t.instances for n, t in zip(needs, job.job.tasks,
+                                                                                       strict=True))
+        cpu = sum(n.cpu_milli * t.instances for n, t in zip(needs, job.job.tasks, strict=True))
+        mem = sum(n.mem_mib * t.instances for n, t in zip(needs, job.job.tasks, strict=True))
+        whole = sum(n.whole_gpus * t.instances for n, t in zip(needs, job.job.tasks, strict=True))
+        return _Demand(gpu, whole, cpu, mem, needs, tuple(repr(t) for t in job.job.tasks))  # repr: NaN-safe key
 
 
 @dataclass
 class _State:
     snapshot: ClusterSnapshot
-    queue: list[int] = field(default_factory=list)
+    waiting: WaitingQueue
+    free: list[int]
+    """Free GPU milli, CPU milli and memory MiB of the whole cluster."""
     new: list[int] = field(default_factory=list)
     freed: bool = False
+    tick_pending: bool = False
+    free_whole: tuple[int, int] = (-1, 0)
+    """(generation, completely free GPUs in the cluster) of the last snapshot asked about."""
+    share_room: dict[int, npt.NDArray[np.int64]] = field(default_factory=dict)
+    share_room_generation: int = -1
+    """Per GPU share (milli): how many such shares each machine's GPUs still take, on that generation."""
     user_gpu: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     user_cpu: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    fits_empty: dict[tuple[object, ...], tuple[str, ...] | None] = field(default_factory=dict)
+    fits_empty: dict[tuple[str, ...], tuple[str, ...] | None] = field(default_factory=dict)
 
 
-def simulate(cluster: Cluster, jobs: Sequence[SimJob], policy: str, order: QueueOrder,
+def simulate(cluster: Cluster, jobs: Sequence[SimJob], policy: str, queue: QueuePolicy,
              config: PlacementConfig | None = None, progress: Callable[[int], None] | None = None,
-             max_tries_per_pass: int = 256) -> SimResult:
-    """Replay ``jobs`` on ``cluster`` with online placement ``policy`` and queue order ``order``."""
+             max_tries_per_pass: int = 256, batch: BatchWindow | None = None) -> SimResult:
+    """Replay ``jobs`` on ``cluster`` with online placement ``policy`` and the order of ``queue``
+    (with ``batch``, placement by a batch policy at window ends instead)."""
     place = online_policy(policy, config, explain=False)
     explained = online_policy(policy, config)
     records = [JobRecord(j.job_id, j.user, j.submit_s, j.duration_s, j.job.gpus) for j in jobs]
-    state = _State(ClusterSnapshot.empty(cluster))
-    empty = state.snapshot
+    demands = [_Demand.of(j) for j in jobs]
+    empty = ClusterSnapshot.empty(cluster)
+    layout = empty.layout
+    state = _State(empty, queue.new_queue(), [len(layout.gpu_machine) * MILLI, int(layout.cpu_cap.sum()),
+                                              int(layout.mem_cap.sum())])
     result = SimResult(records, total_gpus=float(cluster.total_gpus))
     events = [(j.submit_s, ARRIVE, i) for i, j in enumerate(jobs)]
     heapq.heapify(events)
@@ -80,84 +142,133 @@ def simulate(cluster: Cluster, jobs: Sequence[SimJob], policy: str, order: Queue
     seen = 0
     while events:
         now = events[0][0]
+        tick = False
         while events and events[0][0] == now:
             _, kind, i = heapq.heappop(events)
             if kind == FINISH:
                 state.snapshot = release(state.snapshot, jobs[i].job_id)
-                _account(state, jobs[i], -1.0)
+                _account(state, jobs[i], demands[i], -1)
                 state.freed = True
-            else:
-                _arrive(state, jobs[i], i, place, explained, empty, records)
+            elif kind == ARRIVE:
+                _arrive(state, jobs[i], i, demands[i], place, explained, empty, records)
                 seen += 1
                 if progress is not None:
                     progress(seen)
-        _schedule(state, jobs, place, order, now, events, records, result, capacity, max_tries_per_pass)
+            else:
+                tick, state.tick_pending = True, False
+        shares = ({u: max(state.user_gpu[u] / max(capacity[0], 1.0), state.user_cpu[u] / max(capacity[1], 1.0))
+                   for u in state.user_gpu} if queue.uses_shares else {})
+        if batch is None:
+            _schedule(state, jobs, demands, place, now, events, records, result, shares, max_tries_per_pass)
+        elif tick:  # the window sees every arrival and completion so far
+            state.new, state.freed = [], False
+            _batch(state, jobs, demands, batch, now, events, records, result, shares)
+        if batch is not None and len(state.waiting) and not state.tick_pending and (state.new or state.freed):
+            state.new, state.freed, state.tick_pending = [], False, True
+            heapq.heappush(events, (math.ceil(now / batch.every_s) * batch.every_s, TICK, -1))
         _sample(state, now, result)
     return result
 
 
-def _arrive(state: _State, job: SimJob, i: int, place: OnlinePolicy, explained: OnlinePolicy,
+def _arrive(state: _State, job: SimJob, i: int, demand: _Demand, place: OnlinePolicy, explained: OnlinePolicy,
             empty: ClusterSnapshot, records: list[JobRecord]) -> None:
-    shape = _shape(job)
-    if shape not in state.fits_empty:  # can it fit the cluster at all? once per job shape
+    if demand.shape not in state.fits_empty:  # can it fit the cluster at all? once per job shape
         fits = place(empty, job.job).allocation is not None
-        state.fits_empty[shape] = None if fits else explained(empty, job.job).reasons
-    reasons = state.fits_empty[shape]
+        state.fits_empty[demand.shape] = None if fits else explained(empty, job.job).reasons
+    reasons = state.fits_empty[demand.shape]
     if reasons is not None:
         records[i].never_fits, records[i].reasons = True, reasons
     else:
+        state.waiting.add(i, job)
         state.new.append(i)
 
 
-def _schedule(state: _State, jobs: Sequence[SimJob], place: OnlinePolicy, order: QueueOrder, now: float,
+def _could_start(state: _State, job: SimJob, demand: _Demand) -> bool:
+    """Necessary: the cluster's free totals (and its completely free GPUs) cover the job, and
+    :func:`_may_fit`."""
+    free = state.free
+    if demand.gpu_milli > free[0] or demand.cpu_milli > free[1] or demand.mem_mib > free[2]:
+        return False
+    if demand.whole_gpus:
+        if state.free_whole[0] != state.snapshot.generation:
+            state.free_whole = (state.snapshot.generation, int(state.snapshot.machine_free_whole.sum()))
+        if demand.whole_gpus > state.free_whole[1]:
+            return False
+    return _may_fit(state, job, demand)
+
+
+def _schedule(state: _State, jobs: Sequence[SimJob], demands: Sequence[_Demand], place: OnlinePolicy, now: float,
               events: list[tuple[float, int, int]], records: list[JobRecord], result: SimResult,
-              capacity: tuple[float, float], max_tries: int) -> None:
+              shares: dict[str, float], max_tries: int) -> None:
     """Offer waiting jobs to the policy. Without a completion since the last pass, the old waiting jobs
     cannot fit (nothing was freed), so only the new arrivals are offered."""
-    candidates = state.queue + state.new if state.freed else state.new
-    state.queue, state.new, state.freed = state.queue + state.new, [], False
-    if not candidates:
+    if not state.freed and not state.new:
         return
-    shares = {u: max(state.user_gpu[u] / max(capacity[0], 1.0), state.user_cpu[u] / max(capacity[1], 1.0))
-              for u in state.user_gpu}
-    index = {jobs[i].job_id: i for i in candidates}
-    failed_shapes: set[tuple[object, ...]] = set()
-    started: set[int] = set()
-    for tries, sim_job in enumerate(order([jobs[i] for i in candidates], shares)):
+    offer: Iterable[int] = (state.waiting.ordered(shares) if state.freed
+                            else state.waiting.order_of(state.new, shares))
+    state.new, state.freed = [], False
+    failed_shapes: set[tuple[str, ...]] = set()
+    for tries, i in enumerate(offer):
         if tries >= max_tries:
             state.freed = True  # not everything was offered: offer again at the next event
             break
-        free = (len(state.snapshot.gpu_milli_used) * MILLI - int(state.snapshot.gpu_milli_used.sum())) / MILLI
-        shape = _shape(sim_job)
-        if sim_job.job.gpus > free + 1e-9 or shape in failed_shapes or not _may_fit(state.snapshot, sim_job):
+        demand = demands[i]
+        if demand.shape in failed_shapes:
             continue
-        decision = place(state.snapshot, sim_job.job)
+        if not _could_start(state, jobs[i], demand):
+            failed_shapes.add(demand.shape)  # within a pass the cluster only fills: same answer later
+            continue
+        decision = place(state.snapshot, jobs[i].job)
         result.decisions += 1
         if decision.allocation is None:
-            failed_shapes.add(shape)  # same shape on this or a fuller snapshot: same answer
+            failed_shapes.add(demand.shape)  # same shape on this or a fuller snapshot: same answer
             continue
-        i = index[sim_job.job_id]
-        state.snapshot = apply(state.snapshot, decision.allocation)
-        _account(state, sim_job, +1.0)
-        records[i].start_s, records[i].end_s = now, now + sim_job.duration_s
-        heapq.heappush(events, (now + sim_job.duration_s, FINISH, i))
-        started.add(i)
-    state.queue = [i for i in state.queue if i not in started]
+        _start(state, jobs, demands, i, decision.allocation, now, events, records)
 
 
-def _may_fit(snapshot: ClusterSnapshot, job: SimJob) -> bool:
+def _batch(state: _State, jobs: Sequence[SimJob], demands: Sequence[_Demand], window: BatchWindow, now: float,
+           events: list[tuple[float, int, int]], records: list[JobRecord], result: SimResult,
+           shares: dict[str, float]) -> None:
+    """One batch window: the first ``max_jobs`` waiting jobs that could start go to the batch policy."""
+    chosen: list[int] = []
+    for i in state.waiting.ordered(shares):
+        if _could_start(state, jobs[i], demands[i]):
+            chosen.append(i)
+            if len(chosen) == window.max_jobs:
+                break
+    if not chosen:
+        return
+    decided = batch_policy(window.policy)(state.snapshot, [jobs[i].job for i in chosen], window.time_limit_s,
+                                          window.seed)
+    result.decisions += len(chosen)
+    result.batch_stops[decided.stopped] += 1
+    index = {jobs[i].job_id: i for i in chosen}
+    allocations = {d.job_id: d.allocation for d in decided.decisions if d.allocation is not None}
+    for job_id in decided.applied_order:
+        _start(state, jobs, demands, index[job_id], allocations[job_id], now, events, records)
+
+
+def _start(state: _State, jobs: Sequence[SimJob], demands: Sequence[_Demand], i: int, allocation: Allocation,
+           now: float, events: list[tuple[float, int, int]], records: list[JobRecord]) -> None:
+    state.snapshot = apply(state.snapshot, allocation)
+    state.waiting.remove(i)
+    _account(state, jobs[i], demands[i], +1)
+    records[i].start_s, records[i].end_s = now, now + jobs[i].duration_s
+    heapq.heappush(events, (now + jobs[i].duration_s, FINISH, i))
+
+
+def _may_fit(state: _State, job: SimJob, demand: _Demand) -> bool:
     """A necessary condition, cheap (a few vector operations): for every task, the allowed machines
     together have room for all its instances, counting per machine how many instances its free whole
     GPUs (or free GPU shares, GPU by GPU), CPU and memory could each hold."""
+    snapshot = state.snapshot
     layout = snapshot.layout
     big = np.int64(1 << 40)
-    for task in job.job.tasks:
-        need = need_of(task)
+    for task, need in zip(job.job.tasks, demand.needs, strict=True):
         if need.whole_gpus:
             room = snapshot.machine_free_whole // need.whole_gpus
         elif need.gpu_milli:
-            per_gpu = (MILLI - snapshot.gpu_milli_used) // need.gpu_milli
-            room = np.bincount(layout.gpu_machine, weights=per_gpu, minlength=len(layout.cpu_cap)).astype(np.int64)
+            room = _share_room(state, need.gpu_milli)
         else:
             room = np.full(len(layout.cpu_cap), big)
         if need.cpu_milli:
@@ -171,16 +282,27 @@ def _may_fit(snapshot: ClusterSnapshot, job: SimJob) -> bool:
     return True
 
 
-def _shape(job: SimJob) -> tuple[object, ...]:
-    """What decides whether a job fits (NaN-safe: ``repr`` of every task)."""
-    return tuple(repr(t) for t in job.job.tasks)
+def _share_room(state: _State, gpu_milli: int) -> npt.NDArray[np.int64]:
+    """Shares of ``gpu_milli`` each machine's GPUs still take (remembered for the snapshot's generation)."""
+    snapshot = state.snapshot
+    if state.share_room_generation != snapshot.generation:
+        state.share_room, state.share_room_generation = {}, snapshot.generation
+    room = state.share_room.get(gpu_milli)
+    if room is None:
+        per_gpu = (MILLI - snapshot.gpu_milli_used) // gpu_milli
+        room = state.share_room[gpu_milli] = np.bincount(snapshot.layout.gpu_machine, weights=per_gpu,
+                                                         minlength=len(snapshot.cpu_used)).astype(np.int64)
+    return room
 
 
-def _account(state: _State, job: SimJob, sign: float) -> None:
+def _account(state: _State, job: SimJob, demand: _Demand, sign: int) -> None:
     state.user_gpu[job.user] += sign * job.job.gpus
     state.user_cpu[job.user] += sign * sum(t.cpu_cores * t.instances for t in job.job.tasks)
+    state.free[0] -= sign * demand.gpu_milli
+    state.free[1] -= sign * demand.cpu_milli
+    state.free[2] -= sign * demand.mem_mib
 
 
 def _sample(state: _State, now: float, result: SimResult) -> None:
     allocated = float(state.snapshot.gpu_milli_used.sum()) / MILLI
-    result.samples.append((now, allocated, result.total_gpus - allocated, len(state.queue)))
+    result.samples.append((now, allocated, result.total_gpus - allocated, len(state.waiting)))

@@ -4,57 +4,174 @@
 * ``sjf-oracle`` - shortest true duration first (an upper bound no real scheduler has).
 * ``sjf-<name>`` - shortest *estimated* duration first, with the estimate ``name`` attached to each
   job (``sjf-user`` = the PAI paper's SJU, ``sjf-group`` = SJG, ``sjf-group-gpu`` = SJGG,
-  ``sjf-model`` = the registered model). A job without that estimate sorts as the median estimate.
+  ``sjf-model`` = the registered model). A job without that estimate sorts as the median of the
+  estimates of the jobs that arrived before it (causal; 0 for the first).
 * ``drf`` - dominant-resource fairness across users: the user whose dominant share (max over GPU and
   CPU of allocated / capacity) is smallest goes first; within a user, by arrival.
 
 Ties break by arrival, then job id.
+
+A policy makes a :class:`WaitingQueue` per replay, which keeps the waiting jobs in order as they come
+and go (a sorted list with binary search), so a scheduling pass over a long queue does not sort it
+again: with thousands waiting and thousands of completions, re-sorting per pass would dominate.
 """
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import math
-from collections.abc import Callable, Mapping, Sequence
-
-import numpy as np
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from itertools import groupby
+from typing import Protocol
 
 from placement.sim.jobs import SimJob
 
 UserShares = Mapping[str, float]
-QueueOrder = Callable[[Sequence[SimJob], UserShares], list[SimJob]]
+Key = tuple[float, float, str]
 
 
-def _fifo(queue: Sequence[SimJob], shares: UserShares) -> list[SimJob]:
-    return sorted(queue, key=lambda j: (j.submit_s, j.job_id))
+class WaitingQueue(Protocol):
+    """Waiting jobs (by index into the replay's job list) in a policy's order."""
+
+    def add(self, i: int, job: SimJob) -> None: ...
+
+    def remove(self, i: int) -> None: ...
+
+    def __len__(self) -> int: ...
+
+    def ordered(self, shares: UserShares) -> Iterator[int]:
+        """Indices in offer order; ``shares`` are the users' dominant shares now (for ``drf``)."""
+        ...
+
+    def order_of(self, indices: list[int], shares: UserShares) -> list[int]:
+        """Some of the waiting jobs, in offer order."""
+        ...
 
 
-def _oracle(queue: Sequence[SimJob], shares: UserShares) -> list[SimJob]:
-    return sorted(queue, key=lambda j: (j.duration_s, j.submit_s, j.job_id))
+class _Sorted:
+    """A list of (key, index) kept sorted; removal by index through the key remembered at insertion."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[Key, int]] = []
+        self.keys: dict[int, Key] = {}
+
+    def add(self, i: int, key: Key) -> None:
+        self.keys[i] = key
+        bisect.insort(self.items, (key, i))
+
+    def remove(self, i: int) -> None:
+        entry = (self.keys.pop(i), i)
+        del self.items[bisect.bisect_left(self.items, entry)]
+
+    def __len__(self) -> int:
+        return len(self.items)
 
 
-def _by_estimate(name: str) -> QueueOrder:
-    def order(queue: Sequence[SimJob], shares: UserShares) -> list[SimJob]:
-        known = [j.estimate(name) for j in queue if not math.isnan(j.estimate(name))]
-        default = float(np.median(known)) if known else 0.0
+class _StaticQueue:
+    """A queue whose order is fixed per job when it arrives (FIFO and every SJF)."""
 
-        def key(j: SimJob) -> tuple[float, float, str]:
-            value = j.estimate(name)
-            return (default if math.isnan(value) else value, j.submit_s, j.job_id)
+    def __init__(self, key: Callable[[SimJob], Key]) -> None:
+        self.key = key
+        self.jobs = _Sorted()
 
-        return sorted(queue, key=key)
+    def add(self, i: int, job: SimJob) -> None:
+        self.jobs.add(i, self.key(job))
 
-    return order
+    def remove(self, i: int) -> None:
+        self.jobs.remove(i)
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def ordered(self, shares: UserShares) -> Iterator[int]:
+        return (i for _, i in list(self.jobs.items))
+
+    def order_of(self, indices: list[int], shares: UserShares) -> list[int]:
+        return sorted(indices, key=lambda i: (self.jobs.keys[i], i))
 
 
-def _drf(queue: Sequence[SimJob], shares: UserShares) -> list[SimJob]:
-    return sorted(queue, key=lambda j: (shares.get(j.user, 0.0), j.submit_s, j.job_id))
+class _EstimateKey:
+    """SJF key by a named estimate; a missing estimate takes the median of those seen so far."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.seen: list[float] = []
+
+    def __call__(self, job: SimJob) -> Key:
+        value = job.estimate(self.name)
+        if math.isnan(value):
+            n = len(self.seen)
+            value = 0.0 if n == 0 else (self.seen[n // 2] if n % 2 else (self.seen[n // 2 - 1] + self.seen[n // 2]) / 2)
+        else:
+            bisect.insort(self.seen, value)
+        return (value, job.submit_s, job.job_id)
 
 
-def queue_policy(name: str) -> QueueOrder:
-    """The queue order called ``name`` (``fifo``, ``sjf-oracle``, ``sjf-<estimate>``, ``drf``)."""
-    fixed: dict[str, QueueOrder] = {"fifo": _fifo, "sjf-oracle": _oracle, "drf": _drf}
-    if name in fixed:
-        return fixed[name]
+class _DrfQueue:
+    """Per user a queue by arrival; a pass serves users by dominant share, smallest first, merging the
+    queues of users with equal shares by arrival."""
+
+    def __init__(self) -> None:
+        self.users: dict[str, _Sorted] = {}
+        self.user_of: dict[int, str] = {}
+
+    def add(self, i: int, job: SimJob) -> None:
+        self.users.setdefault(job.user, _Sorted()).add(i, (0.0, job.submit_s, job.job_id))
+        self.user_of[i] = job.user
+
+    def remove(self, i: int) -> None:
+        user = self.user_of.pop(i)
+        self.users[user].remove(i)
+        if not self.users[user]:
+            del self.users[user]
+
+    def __len__(self) -> int:
+        return len(self.user_of)
+
+    def ordered(self, shares: UserShares) -> Iterator[int]:
+        by_share = sorted(self.users, key=lambda u: shares.get(u, 0.0))
+        snapshot = {u: list(self.users[u].items) for u in by_share}
+        for _, group in groupby(by_share, key=lambda u: shares.get(u, 0.0)):
+            for _, i in heapq.merge(*(snapshot[u] for u in group)):
+                yield i
+
+    def order_of(self, indices: list[int], shares: UserShares) -> list[int]:
+        def key(i: int) -> tuple[float, Key, int]:
+            user = self.user_of[i]
+            return (shares.get(user, 0.0), self.users[user].keys[i], i)
+
+        return sorted(indices, key=key)
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """A named queue order; :meth:`new_queue` gives the empty queue of one replay."""
+
+    name: str
+    new_queue: Callable[[], WaitingQueue]
+    uses_shares: bool = False
+    """Whether the order depends on the users' shares (else the simulator need not compute them)."""
+
+
+def _fifo_key(job: SimJob) -> Key:
+    return (job.submit_s, 0.0, job.job_id)
+
+
+def _oracle_key(job: SimJob) -> Key:
+    return (job.duration_s, job.submit_s, job.job_id)
+
+
+def queue_policy(name: str) -> QueuePolicy:
+    """The queue policy called ``name`` (``fifo``, ``sjf-oracle``, ``sjf-<estimate>``, ``drf``)."""
+    if name == "fifo":
+        return QueuePolicy(name, lambda: _StaticQueue(_fifo_key))
+    if name == "sjf-oracle":
+        return QueuePolicy(name, lambda: _StaticQueue(_oracle_key))
+    if name == "drf":
+        return QueuePolicy(name, _DrfQueue, uses_shares=True)
     if name.startswith("sjf-") and len(name) > 4:
-        return _by_estimate(name[4:])
+        estimate = name[4:]
+        return QueuePolicy(name, lambda: _StaticQueue(_EstimateKey(estimate)))
     raise KeyError(f"unknown queue policy {name!r}; known: fifo, sjf-oracle, sjf-<estimate name>, drf")

@@ -8,7 +8,7 @@ import pytest
 
 from placement.cluster import Machine, build_cluster
 from placement.demand import Job, Role, Task
-from placement.sim.engine import simulate
+from placement.sim.engine import BatchWindow, simulate
 from placement.sim.jobs import SimJob
 from placement.sim.metrics import summarise
 from placement.sim.queues import queue_policy
@@ -76,3 +76,31 @@ def test_allocation_and_fragmentation_are_time_weighted() -> None:
 def test_unknown_queue_policy() -> None:
     with pytest.raises(KeyError, match="fifo"):
         queue_policy("lottery")
+
+
+@pytest.mark.parametrize("policy", ["ffd", "gga", "cpsat"])
+def test_batch_windows_place_what_arrived_in_the_window_at_its_end(policy: str) -> None:
+    # windows of 60 s: 'a' (t=5) and 'b' (t=20) start together at t=60; 'c' (t=70, 2 GPUs) must wait for
+    # both to finish (a: 60+30=90, b: 60+100=160); the window after b's completion ends at 180.
+    jobs = [job("a", 1, 5, 30), job("b", 1, 20, 100), job("c", 2, 70, 10)]
+    window = BatchWindow(policy, every_s=60.0, time_limit_s=0.5, max_jobs=8)
+    result = simulate(CLUSTER, jobs, "first-fit", queue_policy("fifo"), batch=window)
+    records = {r.job_id: r for r in result.records}
+    assert (records["a"].start_s, records["b"].start_s, records["c"].start_s) == (60, 60, 180)
+    assert sum(result.batch_stops.values()) == 2  # solver runs at 60 and 180 (at 120 nothing could start)
+
+
+def test_batch_window_checks_its_settings() -> None:
+    with pytest.raises(KeyError, match="gga"):
+        BatchWindow("annealing")
+    with pytest.raises(ValueError, match="every_s"):
+        BatchWindow("ffd", every_s=0)
+
+
+def test_estimate_missing_sorts_as_the_median_of_earlier_estimates() -> None:
+    # 'x' has no guess: it sorts as the median of those that arrived before it (10 and 30 -> 20),
+    # so between 'p' (guess 10) and 'q' (guess 30) once all wait behind 'block'
+    jobs = [job("block", 2, 0, 100), job("p", 2, 1, 10, guess=10), job("q", 2, 2, 10, guess=30),
+            job("x", 2, 3, 10)]
+    records = {r.job_id: r for r in simulate(CLUSTER, jobs, "first-fit", queue_policy("sjf-guess")).records}
+    assert records["p"].start_s < records["x"].start_s < records["q"].start_s

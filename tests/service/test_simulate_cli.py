@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
+
 from tests.service.test_cli import gpuplace
 
 
@@ -28,3 +30,25 @@ def test_sjf_model_without_a_champion_says_what_to_do(tmp_path: Path) -> None:
     result = gpuplace("simulate", "--queue", "sjf-model", "--jobs", "10", home=tmp_path)
     assert result.returncode == 2
     assert "gpuplace train" in result.stderr
+
+
+def test_simulate_compare_online_against_batch_windows(tmp_path: Path) -> None:
+    out = tmp_path / "sim"
+    result = gpuplace("simulate", "compare", "--cluster", "big-node", "--gpus", "64", "--rate", "1000",
+                      "--jobs", "120", "--queues", "fifo", "--placements", "liquid,ffd,gga", "--window", "30",
+                      "--batch-limit", "0.2", "--out", str(out), home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    runs = json.loads((out / "summary.json").read_text())["runs"]
+    assert set(runs) == {"fifo/liquid", "fifo/ffd", "fifo/gga"}
+    for name in ("fifo/ffd", "fifo/gga"):
+        assert runs[name]["finished"] + runs[name]["never_fit"] == 120
+        assert runs[name]["batch_window"]["every_s"] == 30 and sum(runs[name]["batch_stops"].values()) >= 1
+    # with batch windows, jobs start only at window ends (multiples of 30 s)
+    starts = pd.read_csv(out / "jobs-fifo-gga.csv")["start_s"].dropna()
+    assert len(starts) and (starts % 30 == 0).all()
+
+
+def test_unknown_placement_is_named(tmp_path: Path) -> None:
+    result = gpuplace("simulate", "--placement", "annealing", "--jobs", "10", home=tmp_path)
+    assert result.returncode == 2
+    assert "annealing" in result.stderr and "gga" in result.stderr
