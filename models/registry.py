@@ -77,6 +77,8 @@ class ModelRegistry:
             found = self.client.search_model_versions(f"name='{self.name}'")
         except MlflowException:
             return []
+        if not found:
+            return []
         aliases: dict[str, list[str]] = {}
         for alias, version in self.client.get_registered_model(self.name).aliases.items():
             aliases.setdefault(str(version), []).append(alias)

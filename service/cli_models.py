@@ -78,7 +78,9 @@ def registry(name: str = DEFAULT_MODEL_NAME) -> Any:
     from models.registry import ModelRegistry
 
     home().mkdir(parents=True, exist_ok=True)
-    return ModelRegistry(mlflow_uri(), name, artifact_root=home() / "mlartifacts")
+    uri = mlflow_uri()
+    remote = uri.startswith(("http://", "https://"))  # a tracking server keeps the artifacts itself
+    return ModelRegistry(uri, name, artifact_root=None if remote else home() / "mlartifacts")
 
 
 def train(
@@ -106,7 +108,11 @@ def list_versions(name: NameOpt = DEFAULT_MODEL_NAME) -> None:
     """Versions, aliases and headline metrics."""
     table = Table("version", "aliases", "algo", "sources", "duration MALE", "P90 coverage",
                   "best duration baseline MALE", title=f"registered model {name} ({mlflow_uri()})")
-    for info in registry(name).versions():
+    versions = registry(name).versions()
+    if not versions:
+        console.print(f"no versions of {name} registered at {mlflow_uri()}: run `gpuplace train`")
+        return
+    for info in versions:
         baselines = [v for k, v in info.metrics.items() if k.startswith("duration.baseline.") and k.endswith(".male")]
         metric = info.metrics.get
         table.add_row(info.version, ", ".join(info.aliases), info.params.get("algo", ""),

@@ -54,3 +54,17 @@ def test_simulation_benchmark_runs_and_writes_its_figures(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(out.read_text())
     assert figures["jobs"] == 500 and figures["jobs_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_service_benchmark_runs_and_writes_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "service.json"
+    command = [sys.executable, "tests/benchmarks/bench_service.py", "--fast", "--home", str(tmp_path / "home"),
+               "--out", str(out)]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(out.read_text())
+    assert figures["model_version"] == "heuristic" and figures["database"] == "sqlite"
+    for name in ("healthz", "predict", "place"):
+        assert figures[name]["requests"] > 0 and figures[name]["errors"] == 0
+    assert figures["place"]["durable_placements_per_s"] > 0

@@ -83,3 +83,9 @@ def test_quickstart_ingests_every_shipped_source(tmp_path: Path) -> None:
     assert written == sorted(f"{n}.parquet" for n in
                              ("pai2020-jobs", "openb2023", "openb2023-gpushare20", "philly", "dlrm2025"))
     assert "68,727" in out.stdout and "82,247" in out.stdout
+
+
+def test_models_list_on_an_empty_registry_says_what_to_do(tmp_path: Path) -> None:
+    out = gpuplace("models", "list", home=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "no versions of gpuplace-estimators registered" in out.stdout and "gpuplace train" in out.stdout

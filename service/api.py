@@ -1,0 +1,210 @@
+"""The gpuplace REST service: ``create_app`` wires the state database, the estimator and the routes.
+
+Routes: ``/v1/predict``, ``/v1/place``, ``/v1/jobs/...`` (``service.routes_jobs``); ``/v1/cluster``,
+``/v1/models``, ``/healthz``, ``/readyz``, ``/metrics`` (here). Bad input is a 422 naming the field;
+a request body above ``max_body_bytes`` a 413; domain conflicts a 409; never a 500 for bad input.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from placement.cluster_io import load_cluster
+from placement.errors import InputError
+from placement.snapshot import MILLI
+from service.codec import cluster_from_json
+from service.estimator import EstimatorHolder
+from service.k8s import router as k8s_router
+from service.routes_jobs import router as jobs_router
+from service.runtime import Runtime, RuntimeDep, require_key, require_read_key
+from service.schemas import ClusterIn
+from service.settings import Settings
+from service.state_db import LiveAllocations, SqlStore, make_engine
+
+log = logging.getLogger(__name__)
+API_VERSION = "1"
+
+
+def build_runtime(settings: Settings) -> Runtime:
+    """The store (creating the schema, loading the configured cluster into an empty database) and the
+    estimator (the registry's alias, or the heuristic when there is none)."""
+    from models.registry import ModelRegistry
+
+    def default_cluster() -> Any:
+        return load_cluster(settings.cluster, settings.topology or None)
+
+    store = _retrying(lambda: SqlStore(make_engine(settings.resolved_database_url()), default_cluster))
+    try:  # several workers starting at once may race to create the registry's tables: the loser retries
+        registry: Any = _retrying(lambda: ModelRegistry(settings.resolved_mlflow_uri(), settings.model_name),
+                                  errors=(Exception,))
+    except Exception as exc:  # no registry: serve with the heuristic, /readyz says why
+        log.warning("model registry unavailable", extra={"error": str(exc)})
+        registry = None
+    holder = EstimatorHolder(registry, settings.model_alias)
+    return Runtime(settings, store, holder)
+
+
+def _retrying(make: Callable[[], Any], attempts: int = 6, pause_s: float = 1.0,
+              errors: tuple[type[Exception], ...] = (sa.exc.SQLAlchemyError,)) -> Any:
+    """``make()``, retried on database errors (another process creating the same tables)."""
+    for attempt in range(attempts):
+        try:
+            return make()
+        except errors:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(pause_s * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def create_app(settings: Settings | None = None, rt: Runtime | None = None) -> FastAPI:
+    settings = settings or (rt.settings if rt else Settings())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        current = rt or build_runtime(settings)
+        current.estimator.reload()
+        current.estimator.start(settings.model_poll_s)
+        if not settings.keys():
+            log.warning("no API keys configured: mutating endpoints are open (set GPUPLACE_API_KEYS)")
+        app.state.runtime = current
+        yield
+        current.estimator.stop()
+
+    app = FastAPI(title="gpuplace", version=API_VERSION, lifespan=lifespan,
+                  description="Resource estimates and placement of deep-learning jobs on a GPU cluster.")
+    app.add_middleware(LimitsAndMetrics, max_body=settings.max_body_bytes)
+    app.include_router(jobs_router)
+    app.include_router(k8s_router)
+    app.include_router(_router)
+    return app
+
+
+class LimitsAndMetrics:
+    """Pure ASGI middleware: 413 for a body declared larger than ``max_body``; request latency by route."""
+
+    def __init__(self, app: ASGIApp, max_body: int) -> None:
+        self.app, self.max_body = app, max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_body):
+            reply = JSONResponse({"detail": f"request body too large: limit {self.max_body} bytes"}, status_code=413)
+            await reply(scope, receive, send)
+            return
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        await self.app(scope, receive, sending)
+        rt: Runtime | None = getattr(scope["app"].state, "runtime", None)
+        if rt is not None:
+            path = getattr(scope.get("route"), "path", "unmatched")
+            rt.metrics.latency.labels(scope["method"], path, str(status)).observe(time.perf_counter() - started)
+
+
+_router = APIRouter()
+
+
+@_router.get("/healthz", tags=["health"])
+async def healthz() -> dict[str, str]:
+    """The process is up."""
+    return {"status": "ok"}
+
+
+@_router.get("/readyz", tags=["health"])
+def readyz(response: Response, rt: RuntimeDep) -> dict[str, Any]:
+    """Ready when the database answers; ``degraded`` when no registered model answers (heuristic) or
+    the last reload failed (the last good model keeps answering)."""
+    try:
+        generation = rt.store.generation()
+    except Exception as exc:  # the database is down: not ready
+        response.status_code = 503
+        return {"status": "unavailable", "database": f"error: {exc}"}
+    status = "degraded" if rt.estimator.degraded else "ready"
+    return {"status": status, "database": "ok", "generation": generation, "model_version": rt.estimator.version,
+            "model_error": rt.estimator.last_error, "auth": "on" if rt.settings.keys() else "off"}
+
+
+@_router.get("/metrics", tags=["health"])
+def metrics(rt: RuntimeDep) -> Response:
+    """Prometheus metrics: request latency, decisions by verdict, model version, allocation."""
+    snapshot = rt.store.snapshot()
+    m = rt.metrics
+    allocated = float(snapshot.gpu_milli_used.sum()) / MILLI
+    m.gpus.labels("allocated").set(allocated)
+    m.gpus.labels("total").set(snapshot.cluster.total_gpus)
+    m.running.set(len(snapshot.allocations))
+    m.generation.set(snapshot.generation)
+    m.model.clear()
+    m.model.labels(rt.estimator.version).set(1)
+    return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@_router.get("/v1/cluster", tags=["cluster"], dependencies=[Depends(require_read_key)])
+def get_cluster(rt: RuntimeDep) -> dict[str, Any]:
+    """Summary and per-machine allocation."""
+    s = rt.store.snapshot()
+    layout, cluster = s.layout, s.cluster
+    milli = s.machine_gpu_milli
+    racks = dict(cluster.topology.machine_racks)
+    machines = [{"name": m.name, "gpu_type": m.gpu_type, "gpus": m.gpus, "gpus_allocated": int(milli[i]) / MILLI,
+                 "cpu_cores": m.cpu_cores, "cpu_cores_allocated": int(s.cpu_used[i]) / MILLI,
+                 "mem_gib": m.mem_gib, "mem_gib_allocated": int(s.mem_used[i]) / 1024, "rack": racks.get(m.name)}
+                for i, m in enumerate(cluster.machines)]
+    return {"name": cluster.name, "generation": s.generation, "machines": len(cluster), "gpus": cluster.total_gpus,
+            "gpus_allocated": float(np.sum(milli)) / MILLI, "running_jobs": len(s.allocations),
+            "gpu_types": list(layout.gpu_types), "per_machine": machines}
+
+
+@_router.put("/v1/cluster", tags=["cluster"], dependencies=[Depends(require_key)])
+def put_cluster(body: ClusterIn, rt: RuntimeDep) -> dict[str, Any]:
+    """Load a cluster spec (a shipped name, or machines with optional racks and domains). Refused (409)
+    while running jobs would not fit it, unless ``force``, which evicts those jobs."""
+    try:
+        if body.machines is None:
+            cluster = load_cluster(body.name)
+        else:
+            spec = body.model_dump()
+            cluster = cluster_from_json({**spec, "machines": [m.model_dump() for m in body.machines]})
+    except (InputError, ValueError) as exc:
+        raise HTTPException(422, str(exc)) from exc
+    try:
+        evicted = rt.store.replace_cluster(cluster, force=body.force)
+    except LiveAllocations as exc:
+        raise HTTPException(409, str(exc)) from exc
+    return {"name": cluster.name, "machines": len(cluster), "gpus": cluster.total_gpus, "evicted": evicted,
+            "generation": rt.store.snapshot().generation}
+
+
+@_router.get("/v1/models", tags=["models"], dependencies=[Depends(require_read_key)])
+def get_models(rt: RuntimeDep) -> dict[str, Any]:
+    return {"answering": rt.estimator.version, "alias": rt.estimator.alias, "degraded": rt.estimator.degraded,
+            "last_error": rt.estimator.last_error,
+            "loaded_at": rt.estimator.current.loaded_at if rt.estimator.current else None}
+
+
+@_router.post("/v1/models/reload", tags=["models"], dependencies=[Depends(require_key)])
+def reload_models(rt: RuntimeDep) -> dict[str, Any]:
+    """Load the version behind the alias now (atomically; on failure the last good model stays)."""
+    rt.estimator.reload()
+    return get_models(rt)

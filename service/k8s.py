@@ -1,0 +1,196 @@
+"""Kubernetes scheduler extender: ``POST /k8s/extender/filter``, ``/prioritize`` and ``/bind``.
+
+kube-scheduler's wire format (Go field names, ``k8s.io/kube-scheduler/extender/v1``): filter and
+prioritize receive ``{"Pod", "Nodes", "NodeNames"}``; filter answers ``{"Nodes", "NodeNames",
+"FailedNodes", "FailedAndUnresolvableNodes", "Error"}``, prioritize ``[{"Host", "Score"}]`` with
+scores 0..10, bind receives ``{"PodName", "PodNamespace", "PodUID", "Node"}`` and answers
+``{"Error"}``. Always HTTP 200: business errors go in ``Error``.
+
+Filter: can the node host the pod now (the same candidate check as every placement); a node that
+could not host it even empty, or that gpuplace does not manage, is unresolvable (preemption cannot
+help). Prioritize: the liquid score (packing, scarce GPU types kept), mapped to 10 for the best
+node and 0 for the worst. Bind: reserves the pod's resources on the node in the state database, then
+creates the Binding through the Kubernetes API (``GPUPLACE_KUBE_API``); if that fails the
+reservation is released. Bind needs the pod's demand, remembered from filter by pod UID.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+from fastapi import APIRouter
+
+from placement.decision import Decision, Verdict
+from placement.demand import Job
+from placement.feasibility import need_of
+from placement.network import NetworkTally
+from placement.online import PlacementConfig, Step
+from placement.policies import CHOOSERS
+from placement.snapshot import Allocation, ClusterSnapshot, empty_snapshot
+from placement.store import CommitStatus
+from placement.working import FEW_CPU, FEW_GPUS, FEW_MEM, NO_SHARED_GPU, WRONG_TYPE, Candidates, WorkingState
+from service.k8s_pod import PodError, job_of_pod, pod_uid
+from service.runtime import Runtime, RuntimeDep
+from service.state_db import JobExists
+
+router = APIRouter(prefix="/k8s/extender", tags=["kubernetes"])
+_SEEN: OrderedDict[str, Job] = OrderedDict()
+_SEEN_MAX = 10_000
+
+
+def _node_names(args: dict[str, Any]) -> list[str]:
+    if args.get("NodeNames") is not None:
+        return [str(n) for n in args["NodeNames"]]
+    items = (args.get("Nodes") or {}).get("items") or []
+    return [str((n.get("metadata") or {}).get("name", "")) for n in items]
+
+
+def _remember(pod: dict[str, Any]) -> Job:
+    job = job_of_pod(pod)
+    _SEEN[pod_uid(pod)] = job
+    _SEEN.move_to_end(pod_uid(pod))
+    while len(_SEEN) > _SEEN_MAX:
+        _SEEN.popitem(last=False)
+    return job
+
+
+def _reason(code: int, job: Job, working: WorkingState, machine: int) -> str:
+    task, layout = job.tasks[0], working.layout
+    if code == WRONG_TYPE:
+        return f"GPU type {layout.gpu_types[int(layout.gpu_type[machine])]} not in {sorted(task.gpu_types)}"
+    if code == FEW_GPUS:
+        return f"needs {task.whole_gpus} free GPU(s), {int(working.free_whole[machine])} free"
+    if code == NO_SHARED_GPU:
+        return f"no GPU with a free share of {task.gpu:g} and its GPU memory"
+    if code == FEW_CPU:
+        return f"needs {task.cpu_cores:g} CPU cores, {(layout.cpu_cap[machine] - working.cpu[machine]) / 1000:g} free"
+    if code == FEW_MEM:
+        return f"needs {task.mem_gib:g} GiB memory, {(layout.mem_cap[machine] - working.mem[machine]) / 1024:g} free"
+    return "fits"
+
+
+def _check(rt: Runtime, job: Job) -> tuple[ClusterSnapshot, WorkingState, Candidates, WorkingState, Candidates]:
+    """The pod's candidates now and on the empty cluster (whether waiting could ever help)."""
+    snapshot = rt.store.snapshot()
+    task, need = job.tasks[0], need_of(job.tasks[0])
+    working, empty = WorkingState(snapshot), WorkingState(empty_snapshot(snapshot.cluster))
+    return snapshot, working, working.candidates(task, need), empty, empty.candidates(task, need)
+
+
+@router.post("/filter")
+def extender_filter(args: dict[str, Any], rt: RuntimeDep) -> dict[str, Any]:
+    names = _node_names(args)
+    try:
+        job = _remember(args.get("Pod") or {})
+    except (PodError, ValueError) as exc:
+        return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
+                "Error": str(exc)}
+    snapshot, working, now, empty_state, empty = _check(rt, job)
+    index = snapshot.cluster.index
+    passing, failed, unresolvable = [], {}, {}
+    for name in names:
+        machine = index.get(name)
+        if machine is None:
+            unresolvable[name] = f"node {name} is not a machine of gpuplace's cluster {snapshot.cluster.name}"
+        elif now.ok[machine]:
+            passing.append(name)
+        elif not empty.ok[machine]:
+            unresolvable[name] = _reason(int(empty.reason[machine]), job, empty_state, machine) + \
+                " (even with nothing running)"
+        else:
+            failed[name] = _reason(int(now.reason[machine]), job, working, machine)
+    if args.get("NodeNames") is not None:
+        nodes: Any = None
+        node_names: Any = passing
+    else:
+        keep = set(passing)
+        items = (args.get("Nodes") or {}).get("items") or []
+        nodes = {**(args.get("Nodes") or {}),
+                 "items": [n for n in items if (n.get("metadata") or {}).get("name") in keep]}
+        node_names = None
+    return {"Nodes": nodes, "NodeNames": node_names, "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+
+
+@router.post("/prioritize")
+def extender_prioritize(args: dict[str, Any], rt: RuntimeDep) -> list[dict[str, Any]]:
+    names = _node_names(args)
+    try:
+        job = _remember(args.get("Pod") or {})
+    except (PodError, ValueError):
+        return [{"Host": n, "Score": 0} for n in names]
+    snapshot, working, now, _, _ = _check(rt, job)
+    config = PlacementConfig()
+    step = Step(job, 0, now, working, NetworkTally(job, snapshot.layout, config.distance_cost), config, [])
+    cost = CHOOSERS["liquid"](step)
+    index = snapshot.cluster.index
+    known = [index[n] for n in names if n in index and now.ok[index[n]]]
+    low, high = (float(np.min(cost[known])), float(np.max(cost[known]))) if known else (0.0, 0.0)
+    scores = []
+    for name in names:
+        machine = index.get(name)
+        if machine is None or not now.ok[machine]:
+            scores.append({"Host": name, "Score": 0})
+        else:
+            scale = (high - float(cost[machine])) / (high - low) if high > low else 1.0
+            scores.append({"Host": name, "Score": round(10 * scale)})
+    return scores
+
+
+@router.post("/bind")
+def extender_bind(args: dict[str, Any], rt: RuntimeDep) -> dict[str, str]:
+    uid, node = str(args.get("PodUID", "")), str(args.get("Node", ""))
+    name, namespace = str(args.get("PodName", "")), str(args.get("PodNamespace", "default"))
+    job = _SEEN.get(uid)
+    if job is None:
+        return {"Error": f"pod {namespace}/{name} (uid {uid}) was not seen by filter: its demand is unknown"}
+    if not rt.settings.kube_api:
+        return {"Error": "binding needs the Kubernetes API: set GPUPLACE_KUBE_API (and its token file)"}
+    error = _reserve(rt, job, node)
+    if error:
+        return {"Error": error}
+    try:
+        _post_binding(rt, namespace, name, uid, node)
+    except httpx.HTTPError as exc:
+        rt.store.release(job.job_id)
+        return {"Error": f"creating the Binding of {namespace}/{name} on {node} failed: {exc}"}
+    return {"Error": ""}
+
+
+def _reserve(rt: Runtime, job: Job, node: str) -> str:
+    """Commit the pod's allocation on ``node`` (retrying when the state moves); an error text or ''."""
+    for _ in range(8):
+        snapshot = rt.store.snapshot()
+        machine = snapshot.cluster.index.get(node)
+        if machine is None:
+            return f"node {node} is not a machine of gpuplace's cluster"
+        working = WorkingState(snapshot)
+        task = job.tasks[0]
+        candidates = working.candidates(task, need_of(task))
+        if not candidates.ok[machine]:
+            return f"pod does not fit node {node}: {_reason(int(candidates.reason[machine]), job, working, machine)}"
+        allocation = Allocation(job.job_id, (working.take(machine, 0, need_of(task)),))
+        decision = Decision(job.job_id, "k8s-bind", Verdict.PLACED, snapshot.generation, allocation)
+        try:
+            with rt.place_lock:
+                status = rt.store.commit(decision, job, {"node": node})
+        except JobExists:
+            return f"pod {job.job_id} is already bound"
+        if status is CommitStatus.COMMITTED:
+            return ""
+    return "the cluster state kept moving: try again"
+
+
+def _post_binding(rt: Runtime, namespace: str, name: str, uid: str, node: str) -> None:
+    settings = rt.settings
+    token_file = Path(settings.kube_token_file)
+    headers = {"Authorization": f"Bearer {token_file.read_text().strip()}"} if token_file.is_file() else {}
+    verify: Any = settings.kube_ca_file if Path(settings.kube_ca_file).is_file() else True
+    body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+    url = f"{settings.kube_api.rstrip('/')}/api/v1/namespaces/{namespace}/pods/{name}/binding"
+    httpx.post(url, json=body, headers=headers, verify=verify, timeout=10).raise_for_status()

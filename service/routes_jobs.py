@@ -1,0 +1,140 @@
+"""``/v1/predict``, ``/v1/place`` and ``/v1/jobs``: estimate, place, release and complete jobs."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException
+
+from placement.batch import batch_policy
+from placement.cluster import Cluster
+from placement.decision import Decision
+from placement.store import place_and_commit
+from service.codec import allocation_to_json
+from service.runtime import Runtime, RuntimeDep, require_key, require_read_key
+from service.schemas import BatchIn, CompleteIn, JobId, JobIn, PlaceIn
+from service.state_db import JobExists
+
+router = APIRouter(prefix="/v1", tags=["jobs"])
+
+
+def estimate(rt: Runtime, job: JobIn) -> dict[str, Any]:
+    """Per-task estimates and the job's duration (the longest task's, per quantile)."""
+    try:
+        per_task = rt.estimator.predict(job.records())
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from exc
+    durations: list[dict[str, float]] = [t["duration"] for t in per_task if t.get("duration")]
+    duration = ({q: max(float(d[q]) for d in durations) for q in ("point", "p50", "p90")} if durations else None)
+    return {"job_id": job.job_id, "model_version": per_task[0]["model_version"], "duration_s": duration,
+            "tasks": [{k: v for k, v in t.items() if k != "model_version"} for t in per_task]}
+
+
+@router.post("/predict", dependencies=[Depends(require_read_key)])
+def predict(job: JobIn, rt: RuntimeDep) -> dict[str, Any]:
+    """What the job will need: per task and resource a point estimate, P50 and P90, and its duration."""
+    return estimate(rt, job)
+
+
+@router.post("/place", dependencies=[Depends(require_key)])
+def place(body: PlaceIn, rt: RuntimeDep) -> dict[str, Any]:
+    """Estimate, then place the job (gang: every instance or none); ``dry_run`` stores nothing.
+
+    The answer is sent after the allocation's transaction has committed."""
+    if rt.store.exists(body.job_id):
+        raise HTTPException(409, f"job {body.job_id!r} already exists (job ids are never reused)")
+    est = estimate(rt, body)
+    try:
+        name, policy = rt.policy(body.policy)
+    except KeyError as exc:
+        raise HTTPException(422, str(exc.args[0])) from exc
+    job = body.to_job(est["duration_s"]["p50"] if est["duration_s"] else math.nan)
+    if body.dry_run:
+        snapshot = rt.store.snapshot()
+        decision, committed = policy(snapshot, job), False
+    else:
+        details = {"estimate": est, "model_version": est["model_version"]}
+        try:
+            with rt.place_lock:
+                decision, committed = place_and_commit(
+                    rt.store, policy, job, commit=lambda d, j: rt.store.commit(d, j, details))
+            snapshot = rt.store.cached()
+        except JobExists as exc:
+            raise HTTPException(409, str(exc)) from exc
+    rt.metrics.decisions.labels(name, decision.verdict.value, str(committed).lower()).inc()
+    return _decision_json(snapshot.cluster, decision, committed, est)
+
+
+def _decision_json(cluster: Cluster, decision: Decision, committed: bool, est: dict[str, Any]) -> dict[str, Any]:
+    return {"job_id": decision.job_id, "verdict": decision.verdict.value, "committed": committed,
+            "policy": decision.policy, "generation": decision.generation,
+            "allocation": allocation_to_json(cluster, decision.allocation) if decision.allocation else None,
+            "score": dict(decision.score), "reasons": list(decision.reasons), "estimate": est}
+
+
+@router.post("/place/batch", dependencies=[Depends(require_key)])
+def place_batch(body: BatchIn, rt: RuntimeDep) -> dict[str, Any]:
+    """Estimate every job, then place them together with a batch policy (``gga``, ``cpsat``, ``ffd``)
+    within ``time_limit_s``; the solver runs in a worker thread, off the event loop. Decisions still
+    feasible when committed are stored in one transaction (the state may have moved while solving)."""
+    existing = [j.job_id for j in body.jobs if rt.store.exists(j.job_id)]
+    if existing:
+        raise HTTPException(409, f"jobs already exist (job ids are never reused): {existing[:10]}")
+    estimates = [estimate(rt, j) for j in body.jobs]
+    jobs = [j.to_job(e["duration_s"]["p50"] if e["duration_s"] else math.nan) for j, e in zip(body.jobs, estimates,
+                                                                                           strict=True)]
+    snapshot = rt.store.snapshot()
+    result = batch_policy(body.policy)(snapshot, jobs, body.time_limit_s, body.seed)
+    stored = [False] * len(jobs)
+    if not body.dry_run:
+        index = {d.job_id: i for i, d in enumerate(result.decisions)}
+        order = [index[j] for j in result.applied_order]
+        with rt.place_lock:
+            done = rt.store.commit_many([(result.decisions[i], jobs[i]) for i in order],
+                                        {"batch": body.policy, "model_version": estimates[0]["model_version"]})
+        for i, ok in zip(order, done, strict=True):
+            stored[i] = ok
+    for decision, ok in zip(result.decisions, stored, strict=True):
+        rt.metrics.decisions.labels(body.policy, decision.verdict.value, str(ok).lower()).inc()
+    return {"policy": body.policy, "stopped": result.stopped, "solve_s": result.solve_s,
+            "jobs_placed": result.jobs_placed, "gpus_placed": result.gpus_placed, "network_cost": result.network_cost,
+            "machines_touched": result.machines_touched, "lower_bound_machines": result.lower_bound_machines,
+            "gap_to_bound": result.gap_to_bound, "notes": list(result.notes),
+            "decisions": [_decision_json(snapshot.cluster, d, ok, e)
+                          for d, ok, e in zip(result.decisions, stored, estimates, strict=True)]}
+
+
+@router.get("/jobs/{job_id}", dependencies=[Depends(require_read_key)])
+def get_job(job_id: JobId, rt: RuntimeDep) -> dict[str, Any]:
+    row = rt.store.job(job_id)
+    if row is None:
+        raise HTTPException(404, f"no job {job_id!r}")
+    return {"job_id": row.job_id, "state": row.state, "policy": row.policy, "demand": row.demand,
+            "allocation": row.allocation, "details": row.details, "placed_generation": row.placed_generation,
+            "placed_at": row.placed_at, "ended_at": row.ended_at, "completion": row.completion}
+
+
+@router.post("/jobs/{job_id}/release", dependencies=[Depends(require_key)])
+def release_job(job_id: JobId, rt: RuntimeDep) -> dict[str, Any]:
+    """Free the job's resources. Idempotent: releasing a job that holds nothing changes nothing."""
+    released = rt.store.release(job_id)
+    if released:
+        return {"job_id": job_id, "released": True, "state": "released"}
+    row = rt.store.job(job_id)
+    if row is None:
+        raise HTTPException(404, f"no job {job_id!r}")
+    return {"job_id": job_id, "released": False, "state": row.state}
+
+
+@router.post("/jobs/{job_id}/complete", dependencies=[Depends(require_key)])
+def complete_job(job_id: JobId, body: CompleteIn, rt: RuntimeDep) -> dict[str, Any]:
+    """The job finished: free its resources and keep its observed duration and usage for retraining."""
+    row = rt.store.job(job_id)
+    if row is None:
+        raise HTTPException(404, f"no job {job_id!r}")
+    if row.state != "running":
+        raise HTTPException(409, f"job {job_id!r} is {row.state}, not running: nothing to complete")
+    if not rt.store.complete(job_id, body.duration_s, body.usage):
+        raise HTTPException(409, f"job {job_id!r} is no longer running")
+    return {"job_id": job_id, "state": "completed", "duration_s": body.duration_s}

@@ -1,0 +1,88 @@
+"""What every request handler shares: the state store, the estimator, the metrics, the API keys."""
+
+from __future__ import annotations
+
+import hmac
+import threading
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from placement.online import PlacementConfig
+from placement.policies import OnlinePolicy, online_policy
+from service.estimator import EstimatorHolder
+from service.settings import Settings
+from service.state_db import SqlStore
+
+
+@dataclass
+class Metrics:
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.latency = Histogram("gpuplace_request_seconds", "request latency by route", ["method", "route", "status"],
+                                 registry=r, buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5))
+        self.decisions = Counter("gpuplace_decisions_total", "placement decisions by verdict",
+                                 ["policy", "verdict", "committed"], registry=r)
+        self.model = Gauge("gpuplace_model_info", "model version answering (1 = current)", ["version"], registry=r)
+        self.gpus = Gauge("gpuplace_gpus", "GPUs of the cluster by state", ["state"], registry=r)
+        self.running = Gauge("gpuplace_running_jobs", "jobs holding an allocation", registry=r)
+        self.generation = Gauge("gpuplace_state_generation", "state generation", registry=r)
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    store: SqlStore
+    estimator: EstimatorHolder
+    metrics: Metrics = field(default_factory=Metrics)
+    place_lock: threading.Lock = field(default_factory=threading.Lock)
+    """Decide-and-commit is serialised within a process (placing takes about a millisecond); across
+    processes the database's generation check keeps decisions apart."""
+    _policies: dict[str, OnlinePolicy] = field(default_factory=dict)
+
+    def policy(self, name: str | None) -> tuple[str, OnlinePolicy]:
+        """The online policy ``name`` (default the service's); ``KeyError`` naming the known ones."""
+        chosen = name or self.settings.policy
+        if chosen not in self._policies:
+            self._policies[chosen] = online_policy(chosen, PlacementConfig())
+        return chosen, self._policies[chosen]
+
+
+def runtime(request: Request) -> Runtime:
+    rt: Runtime = request.app.state.runtime
+    return rt
+
+
+RuntimeDep = Annotated[Runtime, Depends(runtime)]
+
+
+def _check_key(request: Request) -> None:
+    keys = runtime(request).settings.keys()
+    if not keys:
+        return
+    given = request.headers.get("x-api-key") or ""
+    auth = request.headers.get("authorization", "")
+    if not given and auth.lower().startswith("bearer "):
+        given = auth[7:].strip()
+    if not given:
+        raise HTTPException(401, "missing API key: send it in the X-API-Key header (or Authorization: Bearer)",
+                            headers={"WWW-Authenticate": "Bearer"})
+    # constant-time: compare against every key, whatever matches first
+    matched = [hmac.compare_digest(given.encode(), key.encode()) for key in keys]
+    if not any(matched):
+        raise HTTPException(403, "API key not accepted")
+
+
+def require_key(request: Request) -> None:
+    """Dependency of mutating endpoints."""
+    _check_key(request)
+
+
+def require_read_key(request: Request) -> None:
+    """Dependency of read endpoints: a key only if ``protect_reads`` is set."""
+    if runtime(request).settings.protect_reads:
+        _check_key(request)

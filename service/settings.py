@@ -1,0 +1,41 @@
+"""Settings of the service, from the environment (``GPUPLACE_*``) or a ``.env`` file."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from service.workdir import home, mlflow_uri
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUPLACE_", env_file=".env", extra="ignore")
+
+    database_url: str = Field("", description="SQLAlchemy URL of the state database; default a SQLite file "
+                                              "state.db in GPUPLACE_HOME. PostgreSQL: postgresql+psycopg://...")
+    mlflow_uri: str = Field("", description="MLflow tracking/registry URI; default the SQLite store in GPUPLACE_HOME")
+    model_name: str = "gpuplace-estimators"
+    model_alias: str = "champion"
+    model_poll_s: float = Field(60.0, ge=0.0, description="how often to look for a new champion; 0 = never")
+    cluster: str = Field("pai", description="cluster loaded into an empty database: a shipped name or a file")
+    topology: str = Field("", description="topology YAML for that cluster (default: the derived rule)")
+    policy: str = Field("liquid", description="default online placement policy")
+    api_keys: str = Field("", description="comma-separated API keys for mutating endpoints; empty = no auth")
+    protect_reads: bool = Field(False, description="require an API key for read endpoints too")
+    max_body_bytes: int = Field(1_000_000, ge=1024)
+    kube_api: str = Field("", description="Kubernetes API server URL for the extender's bind "
+                                          "(in a cluster: https://kubernetes.default.svc)")
+    kube_token_file: str = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    kube_ca_file: str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        home().mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{(home() / 'state.db').resolve()}"
+
+    def resolved_mlflow_uri(self) -> str:
+        return self.mlflow_uri or mlflow_uri()
+
+    def keys(self) -> list[str]:
+        return [k.strip() for k in self.api_keys.split(",") if k.strip()]

@@ -1,0 +1,342 @@
+"""Cluster state in a real database (SQLAlchemy): SQLite in WAL mode by default, PostgreSQL by URL.
+
+Tables: ``cluster_state`` (one row: the cluster spec and the state generation), ``jobs`` (every job
+placed: its demand, its allocation, its state ``running`` / ``released`` / ``completed`` /
+``evicted``, the estimate it was placed with) and ``completions`` (observed duration and usage of
+completed jobs, kept for retraining).
+
+Commit protocol (optimistic, safe across processes sharing one database): a decision made on
+generation g is committed by ``UPDATE cluster_state SET generation = g + 1 WHERE generation = g``
+in the same transaction as the job's row. If another writer moved the generation, the update touches
+no row, the transaction rolls back and the caller decides again on a fresh snapshot. A placement is
+acknowledged only after its transaction commits. Releasing bumps the generation too.
+
+Each process keeps the snapshot of the generation it last saw and reloads it from the ``running``
+jobs when the database's generation differs (another process wrote).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from placement.cluster import Cluster
+from placement.decision import Decision
+from placement.demand import Job
+from placement.feasibility import violations
+from placement.snapshot import ClusterSnapshot, apply, release
+from placement.store import CommitStatus
+from service.codec import (
+    Json,
+    OrphanedAllocation,
+    allocation_from_json,
+    allocation_to_json,
+    cluster_from_json,
+    cluster_to_json,
+    job_from_json,
+    job_to_json,
+)
+
+metadata = sa.MetaData()
+cluster_state = sa.Table(
+    "cluster_state", metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("generation", sa.BigInteger, nullable=False),
+    sa.Column("cluster", sa.Text, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+jobs = sa.Table(
+    "jobs", metadata,
+    sa.Column("job_id", sa.String(128), primary_key=True),
+    sa.Column("state", sa.String(16), nullable=False, index=True),
+    sa.Column("demand", sa.Text, nullable=False),
+    sa.Column("allocation", sa.Text, nullable=False),
+    sa.Column("policy", sa.String(32), nullable=False),
+    sa.Column("details", sa.Text, nullable=False),
+    sa.Column("placed_generation", sa.BigInteger, nullable=False),
+    sa.Column("placed_at", sa.Float, nullable=False),
+    sa.Column("ended_at", sa.Float),
+)
+completions = sa.Table(
+    "completions", metadata,
+    sa.Column("job_id", sa.String(128), sa.ForeignKey("jobs.job_id"), primary_key=True),
+    sa.Column("duration_s", sa.Float, nullable=False),
+    sa.Column("usage", sa.Text, nullable=False),
+    sa.Column("completed_at", sa.Float, nullable=False),
+)
+RUNNING, RELEASED, COMPLETED, EVICTED = "running", "released", "completed", "evicted"
+
+# statements of the hot path, built once (building SQLAlchemy expressions per call costs more than
+# SQLite takes to run them)
+_GENERATION = sa.select(cluster_state.c.generation).where(cluster_state.c.id == 1)
+_GENERATION_LOCKED = _GENERATION.with_for_update()
+_EXISTS = sa.select(jobs.c.job_id).where(jobs.c.job_id == sa.bindparam("job_id"))
+_MOVE = (cluster_state.update()
+         .where(cluster_state.c.id == 1, cluster_state.c.generation == sa.bindparam("decided"))
+         .values(generation=sa.bindparam("next"), updated_at=sa.bindparam("now")))
+_SET_GENERATION = (cluster_state.update().where(cluster_state.c.id == 1)
+                   .values(generation=sa.bindparam("next"), updated_at=sa.bindparam("now")))
+_INSERT_JOB = jobs.insert()
+_END = (jobs.update().where(jobs.c.job_id == sa.bindparam("ending"), jobs.c.state == RUNNING)
+        .values(state=sa.bindparam("new_state"), ended_at=sa.bindparam("now")))
+
+
+class _Conflict(Exception):
+    """Raised inside a transaction to roll it back: the generation moved."""
+
+
+class JobExists(ValueError):
+    """A job id that the database already holds (ids are never reused)."""
+
+
+class LiveAllocations(ValueError):
+    """A new cluster spec would orphan running jobs (and ``force`` was not given)."""
+
+
+@dataclass(frozen=True)
+class JobRow:
+    job_id: str
+    state: str
+    demand: Json
+    allocation: Json
+    policy: str
+    details: Json
+    placed_generation: int
+    placed_at: float
+    ended_at: float | None
+    completion: Json | None
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; SQLite gets WAL, NORMAL sync (durable against a process crash) and a
+    busy timeout, and ``BEGIN IMMEDIATE`` transactions so that writers queue instead of deadlocking."""
+    if not url.startswith("sqlite"):
+        return sa.create_engine(url, pool_pre_ping=True, pool_size=8, max_overflow=8)
+    engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+    @sa.event.listens_for(engine, "connect")
+    def _pragmas(dbapi_connection: Any, _: Any) -> None:
+        dbapi_connection.isolation_level = None  # transactions are begun explicitly below
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+class SqlStore:
+    """The state store of the service (see module docstring)."""
+
+    def __init__(self, engine: Engine, default_cluster: Callable[[], Cluster]) -> None:
+        self.engine = engine
+        metadata.create_all(engine)
+        self._lock = threading.RLock()
+        with self._write() as conn:
+            row = conn.execute(sa.select(cluster_state.c.id)).first()
+            if row is None:
+                conn.execute(cluster_state.insert().values(
+                    id=1, generation=0, cluster=json.dumps(cluster_to_json(default_cluster())), updated_at=time.time()))
+        self._cache = self._load()
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    # reading -------------------------------------------------------------------------------------
+
+    def generation(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(_GENERATION).scalar_one())
+
+    def snapshot(self) -> ClusterSnapshot:
+        """The current snapshot (reloaded if another process wrote since this one last looked)."""
+        with self._lock:
+            if self.generation() != self._cache.generation:
+                self._cache = self._load()
+            return self._cache
+
+    def cached(self) -> ClusterSnapshot:
+        """The snapshot this process last saw (no database read), e.g. to name machines of a decision."""
+        return self._cache
+
+    def _load(self) -> ClusterSnapshot:
+        with self.engine.connect() as conn:
+            return self._load_in(conn, int(conn.execute(_GENERATION).scalar_one()))
+
+    def exists(self, job_id: str) -> bool:
+        with self.engine.connect() as conn:
+            return conn.execute(_EXISTS, {"job_id": job_id}).first() is not None
+
+    def job(self, job_id: str) -> JobRow | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(jobs).where(jobs.c.job_id == job_id)).first()
+            done = conn.execute(sa.select(completions).where(completions.c.job_id == job_id)).first()
+        if row is None:
+            return None
+        completion = None if done is None else {"duration_s": done.duration_s, "usage": json.loads(done.usage),
+                                                "completed_at": done.completed_at}
+        return JobRow(row.job_id, row.state, json.loads(row.demand), json.loads(row.allocation), row.policy,
+                      json.loads(row.details), int(row.placed_generation), float(row.placed_at), row.ended_at,
+                      completion)
+
+    def completions(self) -> list[JobRow]:
+        """Every completed job with its observed duration and usage (for retraining)."""
+        with self.engine.connect() as conn:
+            ids = conn.execute(sa.select(completions.c.job_id).order_by(completions.c.completed_at)).scalars().all()
+        return [row for row in (self.job(i) for i in ids) if row is not None]
+
+    # writing -------------------------------------------------------------------------------------
+
+    def commit(self, decision: Decision, job: Job, details: Json | None = None) -> CommitStatus:
+        """Store ``decision`` if the database is still at its generation (see module docstring)."""
+        if decision.allocation is None:
+            return CommitStatus.NOT_PLACED
+        with self._lock:
+            try:
+                with self._write() as conn:
+                    base = self._commit_in(conn, decision, job, details)
+            except _Conflict:
+                return CommitStatus.CONFLICT
+            self._cache = replace(apply(base, decision.allocation), generation=decision.generation + 1)
+            return CommitStatus.COMMITTED
+
+    def _commit_in(self, conn: Connection, decision: Decision, job: Job, details: Json | None) -> ClusterSnapshot:
+        """The writes of :meth:`commit`; returns the snapshot the decision was checked against."""
+        assert decision.allocation is not None
+        moved = conn.execute(_MOVE, {"decided": decision.generation, "next": decision.generation + 1,
+                                     "now": time.time()})
+        if moved.rowcount != 1:
+            raise _Conflict
+        if conn.execute(_EXISTS, {"job_id": job.job_id}).first() is not None:
+            raise JobExists(f"job {job.job_id!r} already exists (job ids are never reused)")
+        base = self._cache if self._cache.generation == decision.generation else None
+        if base is None:  # decided on a snapshot this process no longer holds: check against the database
+            base = self._load_in(conn, decision.generation)
+        problems = violations(base, job, decision.allocation)
+        if problems:
+            raise RuntimeError(f"refusing an infeasible allocation of {job.job_id}: {problems}")
+        _insert_job(conn, base.cluster, decision, job, details, decision.generation + 1, time.time())
+        return base
+
+    def commit_many(self, decided: list[tuple[Decision, Job]], details: Json | None = None) -> list[bool]:
+        """Store several decisions (a batch) in one transaction, in order. Each is checked against the
+        state as it is now, with the earlier ones applied: one that no longer fits (the state moved since
+        it was decided) is left out. Returns, per decision, whether it was stored."""
+        stored: list[bool] = []
+        with self._lock:
+            with self._write() as conn:
+                base = self._batch_in(conn, decided, details, stored)
+            self._cache = base
+        return stored
+
+    def _batch_in(self, conn: Connection, decided: list[tuple[Decision, Job]], details: Json | None,
+                  stored: list[bool]) -> ClusterSnapshot:
+        generation = int(conn.execute(_GENERATION_LOCKED).scalar_one())
+        base = self._cache if self._cache.generation == generation else self._load_in(conn, generation)
+        now = time.time()
+        for decision, job in decided:
+            ok = (decision.allocation is not None and not violations(base, job, decision.allocation)
+                  and conn.execute(_EXISTS, {"job_id": job.job_id}).first() is None)
+            if ok and decision.allocation is not None:
+                base = apply(base, decision.allocation)
+                _insert_job(conn, base.cluster, decision, job, details, base.generation, now)
+            stored.append(ok)
+        conn.execute(_SET_GENERATION, {"next": base.generation, "now": now})
+        return base
+
+    def _load_in(self, conn: Connection, generation: int) -> ClusterSnapshot:
+        state = conn.execute(sa.select(cluster_state.c.cluster).where(cluster_state.c.id == 1)).scalar_one()
+        cluster = cluster_from_json(json.loads(state))
+        snapshot = ClusterSnapshot.empty(cluster)
+        for job_id, allocation in conn.execute(sa.select(jobs.c.job_id, jobs.c.allocation)
+                                               .where(jobs.c.state == RUNNING)
+                                               .order_by(jobs.c.placed_generation)).all():
+            snapshot = apply(snapshot, allocation_from_json(cluster, job_id, json.loads(allocation)))
+        return replace(snapshot, generation=generation)
+
+    def release(self, job_id: str) -> bool:
+        """Free a running job's resources; ``False`` (no change) if it is not running (idempotent)."""
+        return self._end(job_id, RELEASED, None)
+
+    def complete(self, job_id: str, duration_s: float, usage: Json) -> bool:
+        """Free a running job and store what it really used; ``False`` if it is not running."""
+        return self._end(job_id, COMPLETED, (duration_s, usage))
+
+    def _end(self, job_id: str, state: str, completion: tuple[float, Json] | None) -> bool:
+        now = time.time()
+        with self._lock:
+            try:
+                with self._write() as conn:
+                    generation = conn.execute(_GENERATION_LOCKED).scalar_one()
+                    ended = conn.execute(_END, {"ending": job_id, "new_state": state, "now": now})
+                    if ended.rowcount != 1:
+                        raise _Conflict
+                    if completion is not None:
+                        conn.execute(completions.insert().values(job_id=job_id, duration_s=completion[0],
+                                                                 usage=json.dumps(completion[1]), completed_at=now))
+                    conn.execute(_SET_GENERATION, {"next": generation + 1, "now": now})
+            except _Conflict:
+                return False
+            if self._cache.generation == generation:
+                self._cache = replace(release(self._cache, job_id), generation=generation + 1)
+        return True
+
+    def replace_cluster(self, cluster: Cluster, force: bool = False) -> list[str]:
+        """Load a new cluster spec. Running jobs must fit it as they are (same machine names, GPUs and
+        capacity); if some would not, refuse (``LiveAllocations``) unless ``force``, which evicts them.
+        Returns the evicted job ids."""
+        with self._lock, self._write() as conn:
+            running = conn.execute(sa.select(jobs.c.job_id, jobs.c.demand, jobs.c.allocation)
+                                   .where(jobs.c.state == RUNNING).order_by(jobs.c.placed_generation)).all()
+            snapshot, orphans = ClusterSnapshot.empty(cluster), []
+            for job_id, demand, allocation in running:
+                try:
+                    placed = allocation_from_json(cluster, job_id, json.loads(allocation))
+                    problems = violations(snapshot, _job_of(demand), placed)
+                except OrphanedAllocation as exc:
+                    problems = [str(exc)]
+                if problems:
+                    orphans.append((job_id, problems[0]))
+                else:
+                    snapshot = apply(snapshot, placed)
+            if orphans and not force:
+                shown = "; ".join(f"{j}: {p}" for j, p in orphans[:5])
+                raise LiveAllocations(f"{len(orphans)} running job(s) would not fit the new cluster ({shown}); "
+                                      "release them first or load it with force")
+            now = time.time()
+            for job_id, _ in orphans:
+                conn.execute(jobs.update().where(jobs.c.job_id == job_id).values(state=EVICTED, ended_at=now))
+            generation = conn.execute(sa.select(cluster_state.c.generation).with_for_update()).scalar_one()
+            conn.execute(cluster_state.update().where(cluster_state.c.id == 1).values(
+                generation=generation + 1, cluster=json.dumps(cluster_to_json(cluster)), updated_at=now))
+            self._cache = replace(snapshot, generation=generation + 1)
+        return [j for j, _ in orphans]
+
+
+def _insert_job(conn: Connection, cluster: Cluster, decision: Decision, job: Job, details: Json | None,
+                generation: int, now: float) -> None:
+    assert decision.allocation is not None
+    conn.execute(_INSERT_JOB, {
+        "job_id": job.job_id, "state": RUNNING, "demand": json.dumps(job_to_json(job)),
+        "allocation": json.dumps(allocation_to_json(cluster, decision.allocation)), "policy": decision.policy,
+        "details": json.dumps(details or {}), "placed_generation": generation, "placed_at": now, "ended_at": None})
+
+
+def _job_of(demand: str) -> Job:
+    return job_from_json(json.loads(demand))

@@ -1,0 +1,111 @@
+"""Databases for the service tests: a SQLite file, and a fresh database on the real PostgreSQL server
+(``GPUPLACE_TEST_POSTGRES``, default the local server's ``test`` database as user ``postgres``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+REPO = Path(__file__).resolve().parents[2]
+
+POSTGRES_ADMIN = os.environ.get("GPUPLACE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A new, empty PostgreSQL database, dropped afterwards."""
+    name = f"gpuplace_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(POSTGRES_ADMIN, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    except sa.exc.OperationalError as exc:
+        pytest.fail(f"no PostgreSQL at {POSTGRES_ADMIN} (start it; .ci/run does): {exc}")
+    url = sa.engine.make_url(POSTGRES_ADMIN).set(database=name).render_as_string(hide_password=False)
+    yield url
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'state.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """A real ``gpuplace serve`` process (uvicorn) on 127.0.0.1."""
+
+    env: dict[str, str]
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, *args: str, log: Path | None = None, timeout_s: float = 90.0) -> Server:
+        """Start ``gpuplace serve`` with extra ``args`` (e.g. ``--workers 2``); stderr to ``log`` if given."""
+        err = log.open("wb") if log is not None else subprocess.PIPE
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port), *args], env=self.env,
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited: {self._stderr(log)}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise RuntimeError(f"server did not answer /healthz in time: {self._stderr(log) if log else ''}")
+
+    def _stderr(self, log: Path | None) -> str:
+        if log is not None:
+            return log.read_text()[-3000:]
+        return self.process.stderr.read().decode()[-2000:] if self.process and self.process.stderr else ""
+
+    def kill(self) -> None:
+        """kill -9: no shutdown handlers run."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+API_KEY = "test-key-9f2c"
+
+
+def server_env(home: Path, database_url: str, **extra: str) -> dict[str, str]:
+    return {**os.environ, "GPUPLACE_HOME": str(home), "GPUPLACE_DATABASE_URL": database_url,
+            "GPUPLACE_API_KEYS": API_KEY, "GPUPLACE_MODEL_POLL_S": "0", **extra}

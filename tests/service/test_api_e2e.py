@@ -1,0 +1,217 @@
+"""The REST service end to end: a real uvicorn process on 127.0.0.1 over the real PAI cluster, with a
+SQLite state database; no model registered, so the documented heuristic answers."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from tests.service.conftest import API_KEY, Server, server_env
+
+KEY = {"X-API-Key": API_KEY}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    home = tmp_path_factory.mktemp("home")
+    running = Server(server_env(home, f"sqlite:///{home / 'state.db'}")).start()
+    yield running
+    running.stop()
+
+
+def job(job_id: str, gpu: float = 1.0, instances: int = 1, **extra: Any) -> dict[str, Any]:
+    return {"job_id": job_id, "user": "u1", "group": "g1",
+            "tasks": [{"role": "worker", "instances": instances, "gpu": gpu, "cpu_cores": 4}], **extra}
+
+
+def test_health_ready_and_openapi(server: Server) -> None:
+    assert httpx.get(f"{server.url}/healthz").json() == {"status": "ok"}
+    ready = httpx.get(f"{server.url}/readyz").json()
+    assert ready["status"] == "degraded" and ready["model_version"] == "heuristic" and ready["auth"] == "on"
+    paths = httpx.get(f"{server.url}/openapi.json").json()["paths"]
+    for path in ("/v1/predict", "/v1/place", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/release",
+                 "/v1/jobs/{job_id}/complete", "/v1/cluster", "/v1/models", "/v1/models/reload", "/metrics"):
+        assert path in paths, path
+
+
+def test_mutating_endpoints_need_a_key(server: Server) -> None:
+    missing = httpx.post(f"{server.url}/v1/place", json=job("auth-1"))
+    assert missing.status_code == 401 and "X-API-Key" in missing.json()["detail"]
+    wrong = httpx.post(f"{server.url}/v1/place", json=job("auth-1"), headers={"X-API-Key": "nope"})
+    assert wrong.status_code == 403
+    bearer = httpx.post(f"{server.url}/v1/place", json=job("auth-1"), headers={"Authorization": f"Bearer {API_KEY}"})
+    assert bearer.status_code == 200 and bearer.json()["committed"]
+
+
+def test_place_get_release_complete(server: Server) -> None:
+    placed = httpx.post(f"{server.url}/v1/place", json=job("life-1", gpu=2, instances=2), headers=KEY).json()
+    assert placed["verdict"] == "placed" and placed["committed"]
+    instances = placed["allocation"]["instances"]
+    assert len(instances) == 2 and all(len(i["gpus"]) == 2 for i in instances)
+    assert placed["estimate"]["model_version"] == "heuristic"
+    assert placed["estimate"]["tasks"][0]["gpu_request"]["p90"] == 2
+    stored = httpx.get(f"{server.url}/v1/jobs/life-1").json()
+    assert stored["state"] == "running" and stored["allocation"] == placed["allocation"]
+    again = httpx.post(f"{server.url}/v1/place", json=job("life-1"), headers=KEY)
+    assert again.status_code == 409 and "never reused" in again.json()["detail"]
+    first = httpx.post(f"{server.url}/v1/jobs/life-1/release", headers=KEY).json()
+    second = httpx.post(f"{server.url}/v1/jobs/life-1/release", headers=KEY).json()
+    assert first["released"] and not second["released"] and second["state"] == "released"
+    late = httpx.post(f"{server.url}/v1/jobs/life-1/complete", json={"duration_s": 5}, headers=KEY)
+    assert late.status_code == 409
+    httpx.post(f"{server.url}/v1/place", json=job("life-2"), headers=KEY)
+    done = httpx.post(f"{server.url}/v1/jobs/life-2/complete", json={"duration_s": 321.5, "usage": {"gpu": 0.4}},
+                      headers=KEY)
+    assert done.status_code == 200
+    assert httpx.get(f"{server.url}/v1/jobs/life-2").json()["completion"]["usage"] == {"gpu": 0.4}
+    assert httpx.get(f"{server.url}/v1/jobs/nobody").status_code == 404
+
+
+def test_dry_run_and_jobs_that_do_not_fit(server: Server) -> None:
+    dry = httpx.post(f"{server.url}/v1/place", json=job("dry-1", dry_run=True), headers=KEY).json()
+    assert dry["verdict"] == "placed" and not dry["committed"]
+    assert httpx.get(f"{server.url}/v1/jobs/dry-1").status_code == 404
+    huge = httpx.post(f"{server.url}/v1/place", json=job("huge-1", gpu=64), headers=KEY).json()
+    assert huge["verdict"] == "can-never-fit" and not huge["committed"] and huge["reasons"]
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    (job("bad-1", gpu=-1), "gpu"),
+    (job("bad-2", gpu=1.5), "whole number"),
+    (job("bad id!"), "job_id"),
+    ({"job_id": "bad-3", "tasks": []}, "tasks"),
+    ({**job("bad-4"), "colour": "red"}, "colour"),
+    (job("bad-5", policy="annealing"), "annealing"),
+])
+def test_bad_input_is_422_naming_the_field(server: Server, body: dict[str, Any], field: str) -> None:
+    answer = httpx.post(f"{server.url}/v1/place", json=body, headers=KEY)
+    assert answer.status_code == 422 and field in answer.text
+
+
+def test_oversized_body_is_413(server: Server) -> None:
+    answer = httpx.post(f"{server.url}/v1/place", content=b"{" + b" " * 2_000_000 + b"}", headers=KEY)
+    assert answer.status_code == 413
+
+
+def test_predict_cluster_models_and_metrics(server: Server) -> None:
+    estimate = httpx.post(f"{server.url}/v1/predict", json=job("p-1", gpu=0.5)).json()
+    assert estimate["model_version"] == "heuristic" and estimate["duration_s"] is None
+    assert estimate["tasks"][0]["gpu_request"] == {"point": 0.5, "p50": 0.5, "p90": 0.5}
+    cluster = httpx.get(f"{server.url}/v1/cluster").json()
+    assert cluster["name"] == "pai" and cluster["machines"] == 1897 and cluster["gpus"] == 6742
+    assert cluster["gpus_allocated"] == sum(m["gpus_allocated"] for m in cluster["per_machine"])
+    assert httpx.get(f"{server.url}/v1/models").json()["answering"] == "heuristic"
+    text = httpx.get(f"{server.url}/metrics").text
+    assert 'gpuplace_decisions_total{committed="true",policy="liquid",verdict="placed"}' in text
+    assert "gpuplace_request_seconds_bucket" in text and 'gpuplace_model_info{version="heuristic"} 1.0' in text
+
+
+def test_kill_9_loses_no_acknowledged_allocation(tmp_path: Path, database_url: str) -> None:
+    env = server_env(tmp_path, database_url)
+    first = Server(env).start()
+    acknowledged = []
+    try:
+        for n in range(15):
+            answer = httpx.post(f"{first.url}/v1/place", json=job(f"crash-{n}", gpu=1), headers=KEY)
+            if answer.status_code == 200 and answer.json()["committed"]:
+                acknowledged.append(answer.json())
+    finally:
+        first.kill()
+    second = Server(env).start()
+    try:
+        cluster = httpx.get(f"{second.url}/v1/cluster").json()
+        assert cluster["running_jobs"] == len(acknowledged) == 15
+        for placed in acknowledged:
+            stored = httpx.get(f"{second.url}/v1/jobs/{placed['job_id']}").json()
+            assert stored["state"] == "running" and stored["allocation"] == placed["allocation"]
+    finally:
+        second.stop()
+
+
+def test_batch_placement_stores_every_placed_job(server: Server) -> None:
+    body = {"policy": "gga", "time_limit_s": 0.5, "jobs": [job(f"batch-{n}", gpu=n % 3 or 0.5) for n in range(6)]}
+    answer = httpx.post(f"{server.url}/v1/place/batch", json=body, headers=KEY, timeout=30)
+    assert answer.status_code == 200, answer.text
+    result = answer.json()
+    assert result["jobs_placed"] == 6 and all(d["committed"] for d in result["decisions"])
+    for n in range(6):
+        assert httpx.get(f"{server.url}/v1/jobs/batch-{n}").json()["state"] == "running"
+    twice = httpx.post(f"{server.url}/v1/place/batch", json=body, headers=KEY)
+    assert twice.status_code == 409
+    duplicate = {"jobs": [job("same-1"), job("same-1")]}
+    assert httpx.post(f"{server.url}/v1/place/batch", json=duplicate, headers=KEY).status_code == 422
+
+
+def test_sixteen_clients_on_two_processes_never_over_allocate(tmp_path: Path, database_url: str) -> None:
+    started = Server(server_env(tmp_path, database_url)).start("--workers", "2", log=tmp_path / "server.log")
+    acknowledged: dict[str, dict[str, Any]] = {}
+    released: set[str] = set()
+    lock = threading.Lock()
+
+    failures: list[str] = []
+
+    def client(k: int) -> None:
+        try:
+            place_and_release(k)
+        except Exception as exc:  # an assertion in a thread would only warn: collect it
+            failures.append(repr(exc))
+
+    def place_and_release(k: int) -> None:
+        with httpx.Client(base_url=started.url, headers=KEY, timeout=30) as http:
+            for n in range(8):
+                job_id = f"c{k}-{n}"
+                answer = http.post("/v1/place", json=job(job_id, gpu=[1, 2, 0.5, 4][n % 4], instances=1 + n % 3))
+                assert answer.status_code == 200, answer.text
+                if answer.json()["committed"]:
+                    with lock:
+                        acknowledged[job_id] = answer.json()["allocation"]
+                if n % 2 and job_id in acknowledged:
+                    freed = http.post(f"/v1/jobs/{job_id}/release")
+                    assert freed.status_code == 200, freed.text
+                    with lock:
+                        released.add(job_id)
+
+    try:
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        started.stop()
+    assert not failures, failures[:3]
+    _independent_check(database_url, {j: a for j, a in acknowledged.items() if j not in released})
+
+
+def _independent_check(database_url: str, expected: dict[str, dict[str, Any]]) -> None:
+    """Read the database directly and recount: no GPU over 1000 milli or its memory, no machine over its
+    CPU or memory, and exactly the acknowledged, unreleased allocations running."""
+    engine = sa.create_engine(database_url)
+    with engine.connect() as conn:
+        spec = json.loads(conn.execute(sa.text("SELECT cluster FROM cluster_state")).scalar_one())
+        rows = conn.execute(sa.text("SELECT job_id, allocation FROM jobs WHERE state = 'running'")).all()
+    engine.dispose()
+    machines = {m["name"]: m for m in spec["machines"]}
+    gpu: dict[tuple[str, int], int] = defaultdict(int)
+    cpu: dict[str, int] = defaultdict(int)
+    mem: dict[str, int] = defaultdict(int)
+    running = {job_id: json.loads(allocation) for job_id, allocation in rows}
+    for allocation in running.values():
+        for p in allocation["instances"]:
+            cpu[p["machine"]] += p["cpu_milli"]
+            mem[p["machine"]] += p["mem_mib"]
+            for g in p["gpus"]:
+                assert 0 <= g < machines[p["machine"]]["gpus"]
+                gpu[(p["machine"], g)] += p["gpu_milli"]
+    assert all(v <= 1000 for v in gpu.values())
+    assert all(v <= machines[m]["cpu_cores"] * 1000 for m, v in cpu.items())
+    assert all(v <= machines[m]["mem_gib"] * 1024 for m, v in mem.items())
+    assert running == expected

@@ -1,0 +1,101 @@
+"""The service's model holder: atomic swap on reload, last good model kept on failure, heuristic without any."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from service.estimator import HEURISTIC, EstimatorHolder, Loaded
+
+
+class FakeBundle:
+    """Stands in for a registered bundle: answers with its own version."""
+
+    def __init__(self, version: str) -> None:
+        self.version = version
+
+    def predict_records(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{"model_version": self.version, "duration": {"point": 60.0, "p50": 60.0, "p90": 120.0}}
+                for _ in records]
+
+
+class FakeRegistry:
+    def __init__(self) -> None:
+        self.alias: str | None = None
+        self.broken: set[str] = set()
+        self.loads = 0
+
+    def alias_version(self, alias: str) -> str | None:
+        return self.alias
+
+    def load(self, alias_or_version: str) -> tuple[str, Any]:
+        self.loads += 1
+        if alias_or_version in self.broken:
+            raise OSError(f"artifact of version {alias_or_version} is unreadable")
+        return alias_or_version, FakeBundle(alias_or_version)
+
+
+def test_without_a_model_the_heuristic_answers_with_the_request() -> None:
+    holder = EstimatorHolder(FakeRegistry(), "champion")
+    assert holder.reload() is None and holder.degraded and "alias" in (holder.last_error or "")
+    answer = holder.predict([{"req_gpu": 2.0, "req_cpu_cores": 8.0}])[0]
+    assert answer["model_version"] == HEURISTIC and answer["duration"] is None
+    assert answer["gpu_request"] == {"point": 2.0, "p50": 2.0, "p90": 2.0}
+    assert answer["mem_request"] is None  # not stated: unknown
+
+
+def test_reload_swaps_when_the_alias_moves_and_keeps_the_last_good_on_failure() -> None:
+    registry = FakeRegistry()
+    holder = EstimatorHolder(registry, "champion")
+    registry.alias = "1"
+    assert holder.reload() == "1" and not holder.degraded
+    assert holder.predict([{}])[0]["model_version"] == "1"
+    assert holder.reload() == "1" and registry.loads == 1  # same version: not loaded again
+    registry.alias, registry.broken = "2", {"2"}
+    assert holder.reload() == "1"  # version 2 cannot be loaded: version 1 keeps answering
+    assert holder.degraded and "unreadable" in (holder.last_error or "")
+    assert holder.predict([{}])[0]["model_version"] == "1"
+    registry.broken = set()
+    assert holder.reload() == "2" and not holder.degraded
+    assert holder.predict([{}])[0]["model_version"] == "2"
+
+
+class CountingBundle:
+    """Echoes each record's ``job_id``; counts model calls; refuses records marked bad; a little slow."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def predict_records(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        self.calls += 1
+        if any(r.get("bad") for r in records):
+            raise ValueError("unknown job field(s): bad")
+        time.sleep(0.005)
+        return [{"model_version": "7", "echo": r["job_id"]} for r in records]
+
+
+def test_concurrent_predictions_are_batched_and_each_caller_gets_its_own_answers() -> None:
+    registry = FakeRegistry()
+    holder = EstimatorHolder(registry, "champion")
+    bundle = CountingBundle()
+    holder.current = Loaded("7", bundle, 0.0)
+    answers: dict[int, list[str]] = {}
+    errors: dict[int, str] = {}
+
+    def call(k: int) -> None:
+        records = [{"job_id": f"{k}-{i}", "bad": k == 5} for i in range(1 + k % 3)]
+        try:
+            answers[k] = [a["echo"] for a in holder.predict(records)]
+        except ValueError as exc:
+            errors[k] = str(exc)
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert set(errors) == {5}  # the bad request fails alone
+    for k, echoed in answers.items():
+        assert echoed == [f"{k}-{i}" for i in range(1 + k % 3)]
+    assert bundle.calls < 32  # fewer model calls than requests: they were batched

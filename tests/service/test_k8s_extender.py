@@ -1,0 +1,148 @@
+"""The Kubernetes scheduler extender, spoken to as kube-scheduler would (Go field names), on a real
+uvicorn server over the PAI cluster. Bind's call to the Kubernetes API goes to a local HTTP server
+that records it (no kube-apiserver on these machines)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+import pytest
+
+from service.k8s_pod import PodError, job_of_pod, quantity
+from tests.service.conftest import Server, server_env
+
+
+class Recorder(BaseHTTPRequestHandler):
+    calls: ClassVar[list[tuple[str, dict[str, Any]]]] = []
+    status = 201
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        Recorder.calls.append((self.path, body))
+        self.send_response(Recorder.status)
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def apiserver() -> Iterator[str]:
+    http = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{http.server_address[1]}"
+    http.shutdown()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, apiserver: str) -> Iterator[Server]:
+    home = tmp_path_factory.mktemp("k8s")
+    running = Server(server_env(home, f"sqlite:///{home / 'state.db'}", GPUPLACE_KUBE_API=apiserver,
+                                GPUPLACE_KUBE_TOKEN_FILE=str(home / "absent"))).start()
+    yield running
+    running.stop()
+
+
+def pod(uid: str, gpus: int | None = 2, annotations: dict[str, str] | None = None, cpu: str = "4",
+        name: str | None = None) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus is not None else {}
+    return {"metadata": {"name": name or uid, "namespace": "team-a", "uid": uid, "annotations": annotations or {}},
+            "spec": {"containers": [{"name": "main", "resources": {"limits": limits,
+                                                                   "requests": {"cpu": cpu, "memory": "8Gi"}}}]}}
+
+
+def machines_of(server: Server, gpu_type: str, min_gpus: int = 2) -> list[str]:
+    cluster = httpx.get(f"{server.url}/v1/cluster").json()
+    return [m["name"] for m in cluster["per_machine"] if m["gpu_type"] == gpu_type and m["gpus"] >= min_gpus]
+
+
+def test_quantities_and_pod_mapping() -> None:
+    assert quantity("500m", "cpu") == 0.5 and quantity("4Gi", "memory") == 4 * 2**30 and quantity("1e3", "x") == 1000
+    job = job_of_pod(pod("u0", annotations={"gpuplace.io/gpu-types": "V100, V100M32"}))
+    task = job.tasks[0]
+    assert job.job_id == "pod-u0" and task.gpu == 2 and task.cpu_cores == 4 and task.mem_gib == 8
+    assert task.gpu_types == frozenset({"V100", "V100M32"})
+    shared = job_of_pod(pod("u1", gpus=None, annotations={"gpuplace.io/gpu-share": "0.25"})).tasks[0]
+    assert shared.gpu == 0.25
+    with pytest.raises(PodError, match=r"requests.cpu: 'lots'"):
+        job_of_pod(pod("u2", cpu="lots"))
+    with pytest.raises(PodError, match="gpu-share"):
+        job_of_pod(pod("u3", annotations={"gpuplace.io/gpu-share": "1.5"}))
+
+
+def test_filter_with_node_names(server: Server) -> None:
+    v100, t4 = machines_of(server, "V100")[0], machines_of(server, "T4")[0]
+    args = {"Pod": pod("f1", annotations={"gpuplace.io/gpu-types": "V100"}), "Nodes": None,
+            "NodeNames": [v100, t4, "not-ours"]}
+    result = httpx.post(f"{server.url}/k8s/extender/filter", json=args).json()
+    assert result["Error"] == "" and result["NodeNames"] == [v100] and result["Nodes"] is None
+    assert "not in ['V100']" in result["FailedAndUnresolvableNodes"][t4]
+    assert "not a machine" in result["FailedAndUnresolvableNodes"]["not-ours"]
+
+
+def test_filter_with_a_node_list_and_a_pod_too_big_for_any_node(server: Server) -> None:
+    names = machines_of(server, "T4")[:3]
+    nodes = {"kind": "NodeList", "items": [{"metadata": {"name": n}} for n in names]}
+    fits = httpx.post(f"{server.url}/k8s/extender/filter",
+                      json={"Pod": pod("f2", gpus=1), "Nodes": nodes, "NodeNames": None}).json()
+    assert [n["metadata"]["name"] for n in fits["Nodes"]["items"]] == names and fits["NodeNames"] is None
+    huge = httpx.post(f"{server.url}/k8s/extender/filter",
+                      json={"Pod": pod("f3", gpus=16), "Nodes": None, "NodeNames": names}).json()
+    assert huge["NodeNames"] == [] and all("even with nothing running" in r
+                                           for r in huge["FailedAndUnresolvableNodes"].values())
+    bad = httpx.post(f"{server.url}/k8s/extender/filter",
+                     json={"Pod": pod("f4", cpu="x"), "Nodes": None, "NodeNames": names})
+    assert bad.status_code == 200 and "requests.cpu" in bad.json()["Error"]
+
+
+def test_prioritize_scores_between_0_and_10(server: Server) -> None:
+    names = [*machines_of(server, "V100")[:4], "not-ours"]
+    scores = httpx.post(f"{server.url}/k8s/extender/prioritize",
+                        json={"Pod": pod("p1", gpus=1), "Nodes": None, "NodeNames": names}).json()
+    assert [s["Host"] for s in scores] == names
+    assert all(0 <= s["Score"] <= 10 for s in scores) and scores[-1]["Score"] == 0
+    assert max(s["Score"] for s in scores) == 10
+
+
+def test_bind_reserves_then_creates_the_binding(server: Server) -> None:
+    node = machines_of(server, "V100")[1]
+    httpx.post(f"{server.url}/k8s/extender/filter", json={"Pod": pod("b1", name="trainer-0"), "NodeNames": [node]})
+    Recorder.calls.clear()
+    answer = httpx.post(f"{server.url}/k8s/extender/bind", json={
+        "PodName": "trainer-0", "PodNamespace": "team-a", "PodUID": "b1", "Node": node}).json()
+    assert answer == {"Error": ""}
+    path, body = Recorder.calls[-1]
+    assert path == "/api/v1/namespaces/team-a/pods/trainer-0/binding"
+    assert body["kind"] == "Binding" and body["target"] == {"apiVersion": "v1", "kind": "Node", "name": node}
+    stored = httpx.get(f"{server.url}/v1/jobs/pod-b1").json()
+    assert stored["state"] == "running" and stored["allocation"]["instances"][0]["machine"] == node
+    assert len(stored["allocation"]["instances"][0]["gpus"]) == 2
+
+
+def test_bind_releases_the_reservation_when_the_api_refuses(server: Server) -> None:
+    node = machines_of(server, "V100")[2]
+    httpx.post(f"{server.url}/k8s/extender/filter", json={"Pod": pod("b2"), "NodeNames": [node]})
+    Recorder.status = 500
+    try:
+        answer = httpx.post(f"{server.url}/k8s/extender/bind", json={
+            "PodName": "b2", "PodNamespace": "team-a", "PodUID": "b2", "Node": node}).json()
+    finally:
+        Recorder.status = 201
+    assert "failed" in answer["Error"]
+    assert httpx.get(f"{server.url}/v1/jobs/pod-b2").json()["state"] == "released"
+    unknown = httpx.post(f"{server.url}/k8s/extender/bind", json={
+        "PodName": "ghost", "PodNamespace": "team-a", "PodUID": "ghost", "Node": node}).json()
+    assert "not seen by filter" in unknown["Error"]
+
+
+def test_example_scheduler_configuration_names_these_verbs() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "kube-scheduler-config.yaml").read_text()
+    for verb in ("filterVerb: filter", "prioritizeVerb: prioritize", "bindVerb: bind", "urlPrefix:"):
+        assert verb in text

@@ -1,0 +1,118 @@
+"""The database state store on SQLite and on a real PostgreSQL, with a SYNTHETIC 3-machine cluster."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+import pytest
+
+from placement.cluster import Cluster, Machine, build_cluster
+from placement.demand import Job, Role, Task
+from placement.policies import online_policy
+from placement.snapshot import MILLI, ClusterSnapshot
+from placement.store import CommitStatus, place_and_commit
+from service.state_db import COMPLETED, EVICTED, RELEASED, JobExists, LiveAllocations, SqlStore, make_engine
+
+MACHINES = [Machine("a", "T4", 4, 32, 128), Machine("b", "T4", 4, 32, 128), Machine("c", "V100", 8, 64, 256)]
+CLUSTER = build_cluster("synthetic", MACHINES, rack_size=2)
+PLACE = online_policy("liquid")
+
+
+def job(job_id: str, gpu: float = 1.0, instances: int = 1) -> Job:
+    return Job(job_id, (Task(Role.WORKER, instances, gpu=gpu, cpu_cores=2.0, mem_gib=4.0),))
+
+
+def store_at(url: str, cluster: Cluster = CLUSTER) -> SqlStore:
+    return SqlStore(make_engine(url), lambda: cluster)
+
+
+def test_commit_release_complete_and_reload(database_url: str) -> None:
+    store = store_at(database_url)
+    assert store.snapshot().generation == 0
+    _, ok = place_and_commit(store, PLACE, job("j1", gpu=2.0))
+    assert ok and store.snapshot().generation == 1
+    _, ok2 = place_and_commit(store, PLACE, job("j2", gpu=0.5, instances=3))
+    assert ok2 and store.snapshot().generation == 2
+    before = store.snapshot()
+    # a second store on the same database (a restarted or second process) rebuilds the same state
+    again = store_at(database_url).snapshot()
+    assert again.generation == 2 and set(again.allocations) == {"j1", "j2"}
+    assert (again.gpu_milli_used == before.gpu_milli_used).all() and (again.cpu_used == before.cpu_used).all()
+    assert store.release("j1") and not store.release("j1")  # idempotent
+    assert store.complete("j2", 120.0, {"gpu": 0.3}) and not store.complete("j2", 1.0, {})
+    after = store.snapshot()
+    assert after.generation == 4 and int(after.gpu_milli_used.sum()) == 0 and not after.allocations
+    row = store.job("j2")
+    assert row is not None and row.state == COMPLETED and row.completion is not None
+    assert row.completion["duration_s"] == 120.0 and row.completion["usage"] == {"gpu": 0.3}
+    assert store.job("j1") is not None and store.job("j1").state == RELEASED  # type: ignore[union-attr]
+    assert [r.job_id for r in store.completions()] == ["j2"]
+
+
+def test_a_decision_on_an_old_generation_conflicts_and_writes_nothing(database_url: str) -> None:
+    store = store_at(database_url)
+    snapshot = store.snapshot()
+    first, second = PLACE(snapshot, job("x", gpu=8.0)), PLACE(snapshot, job("y", gpu=8.0))
+    assert first.allocation is not None and second.allocation is not None
+    assert first.allocation.instances[0].gpus == second.allocation.instances[0].gpus  # both want machine c
+    assert store.commit(first, job("x", gpu=8.0)) is CommitStatus.COMMITTED
+    assert store.commit(second, job("y", gpu=8.0)) is CommitStatus.CONFLICT
+    assert store.job("y") is None and store.snapshot().generation == 1
+
+
+def test_job_ids_are_never_reused(database_url: str) -> None:
+    store = store_at(database_url)
+    place_and_commit(store, PLACE, job("same"))
+    store.release("same")
+    with pytest.raises(JobExists, match="same"):
+        place_and_commit(store, PLACE, job("same"))
+
+
+def test_new_cluster_refused_while_it_orphans_running_jobs_unless_forced(database_url: str) -> None:
+    store = store_at(database_url)
+    place_and_commit(store, PLACE, job("big", gpu=8.0))  # only machine c has 8 GPUs
+    smaller = build_cluster("synthetic", MACHINES[:2], rack_size=2)
+    with pytest.raises(LiveAllocations, match="big"):
+        store.replace_cluster(smaller)
+    assert store.snapshot().cluster.name == "synthetic" and len(store.snapshot().cluster) == 3  # unchanged
+    assert store.replace_cluster(smaller, force=True) == ["big"]
+    assert store.job("big").state == EVICTED  # type: ignore[union-attr]
+    assert len(store_at(database_url).snapshot().cluster) == 2  # the new spec is what a restart loads
+
+
+def _check(snapshot: ClusterSnapshot) -> None:
+    """Independent recount from the allocations: nothing over capacity."""
+    gpu: dict[int, int] = defaultdict(int)
+    cpu: dict[int, int] = defaultdict(int)
+    for allocation in snapshot.allocations.values():
+        for p in allocation.instances:
+            cpu[p.machine] += p.cpu_milli
+            for g in p.gpus:
+                gpu[g] += p.gpu_milli
+    assert all(v <= MILLI for v in gpu.values())
+    layout = snapshot.layout
+    assert all(v <= layout.cpu_cap[m] for m, v in cpu.items())
+
+
+def test_two_processes_sharing_one_database_never_double_allocate(database_url: str) -> None:
+    stores = [store_at(database_url), store_at(database_url)]  # as two service processes would
+    committed: list[str] = []
+    lock = threading.Lock()
+
+    def worker(k: int) -> None:
+        for n in range(6):
+            _, ok = place_and_commit(stores[k % 2], PLACE, job(f"w{k}-{n}", gpu=1.0), attempts=50)
+            if ok:
+                with lock:
+                    committed.append(f"w{k}-{n}")
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    final = store_at(database_url).snapshot()
+    _check(final)
+    assert sorted(final.allocations) == sorted(committed)
+    assert len(committed) == 16  # 16 GPUs in all: every one taken, none twice
