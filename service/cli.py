@@ -8,7 +8,7 @@ import sys
 import typer
 
 from placement.errors import InputError
-from service import cli_cluster, cli_data, cli_models, cli_serve, cli_sim, quickstart
+from service import cli_cluster, cli_data, cli_loop, cli_models, cli_serve, cli_sim, quickstart
 from service.console import make_console
 
 app = typer.Typer(name="gpuplace", help="Resource estimation and placement for deep-learning jobs on GPU clusters.",
@@ -19,6 +19,8 @@ app.command("quickstart")(quickstart.run)
 app.command("evaluate")(cli_models.evaluate)
 app.command("train")(cli_models.train)
 app.command("predict")(cli_models.predict)
+app.command("retrain")(cli_loop.retrain)
+cli_models.models_app.command("drift")(cli_loop.drift)
 app.add_typer(cli_models.models_app, name="models")
 app.add_typer(cli_sim.app, name="simulate")
 app.command("serve")(cli_serve.serve)

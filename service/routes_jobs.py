@@ -54,7 +54,7 @@ def place(body: PlaceIn, rt: RuntimeDep) -> dict[str, Any]:
         snapshot = rt.store.snapshot()
         decision, committed = policy(snapshot, job), False
     else:
-        details = {"estimate": est, "model_version": est["model_version"]}
+        details = {"estimate": est, "model_version": est["model_version"], "records": body.records()}
         try:
             with rt.place_lock:
                 decision, committed = place_and_commit(
@@ -91,8 +91,9 @@ def place_batch(body: BatchIn, rt: RuntimeDep) -> dict[str, Any]:
         index = {d.job_id: i for i, d in enumerate(result.decisions)}
         order = [index[j] for j in result.applied_order]
         with rt.place_lock:
-            done = rt.store.commit_many([(result.decisions[i], jobs[i]) for i in order],
-                                        {"batch": body.policy, "model_version": estimates[0]["model_version"]})
+            done = rt.store.commit_many([(result.decisions[i], jobs[i], {
+                "batch": body.policy, "estimate": estimates[i], "model_version": estimates[i]["model_version"],
+                "records": body.jobs[i].records()}) for i in order])
         for i, ok in zip(order, done, strict=True):
             stored[i] = ok
     for decision, ok in zip(result.decisions, stored, strict=True):
@@ -135,6 +136,6 @@ def complete_job(job_id: JobId, body: CompleteIn, rt: RuntimeDep) -> dict[str, A
         raise HTTPException(404, f"no job {job_id!r}")
     if row.state != "running":
         raise HTTPException(409, f"job {job_id!r} is {row.state}, not running: nothing to complete")
-    if not rt.store.complete(job_id, body.duration_s, body.usage):
+    if not rt.store.complete(job_id, body.duration_s, {str(k): v for k, v in body.usage.items()}):
         raise HTTPException(409, f"job {job_id!r} is no longer running")
     return {"job_id": job_id, "state": "completed", "duration_s": body.duration_s}

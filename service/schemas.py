@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
@@ -87,13 +87,17 @@ class PlaceIn(JobIn):
     policy: str | None = Field(None, max_length=32, description="online policy; default the service's")
 
 
+UsageKey = Literal["gpu", "gpu_mem_gib", "cpu_cores", "mem_gib", "net_gbps"]
+"""The keys of :data:`training.feedback.USAGE_COLUMNS` (a test keeps them equal)."""
+
+
 class CompleteIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     duration_s: float = Field(ge=0.0, le=365 * 86_400, allow_inf_nan=False)
-    usage: dict[Annotated[str, StringConstraints(max_length=64)], Annotated[float, Field(
-        ge=0.0, allow_inf_nan=False)]] = Field(default_factory=dict, max_length=32,
-                                               description="observed usage, e.g. gpu, gpu_mem_gib, cpu_cores")
+    usage: dict[UsageKey, Annotated[float, Field(ge=0.0, allow_inf_nan=False)]] = Field(
+        default_factory=dict, description="observed usage per instance: gpu (share of one GPU), gpu_mem_gib, "
+                                          "cpu_cores, mem_gib, net_gbps")
 
 
 class MachineIn(BaseModel):

@@ -196,10 +196,30 @@ class SqlStore:
                       completion)
 
     def completions(self) -> list[JobRow]:
-        """Every completed job with its observed duration and usage (for retraining)."""
+        """Every completed job with its observed duration and usage (for retraining), oldest first."""
+        query = (sa.select(jobs, completions.c.duration_s, completions.c.usage, completions.c.completed_at)
+                 .join(completions, completions.c.job_id == jobs.c.job_id).order_by(completions.c.completed_at))
         with self.engine.connect() as conn:
-            ids = conn.execute(sa.select(completions.c.job_id).order_by(completions.c.completed_at)).scalars().all()
-        return [row for row in (self.job(i) for i in ids) if row is not None]
+            found = conn.execute(query).all()
+        return [JobRow(r.job_id, r.state, json.loads(r.demand), json.loads(r.allocation), r.policy,
+                       json.loads(r.details), int(r.placed_generation), float(r.placed_at), r.ended_at,
+                       {"duration_s": float(r.duration_s), "usage": json.loads(r.usage),
+                        "completed_at": float(r.completed_at)})
+                for r in found]
+
+    def feedback(self) -> list[dict[str, Any]]:
+        """Completed jobs as :func:`training.feedback.feedback_table` takes them: the task records each
+        was estimated with, when it was placed, its observed duration and usage, the GPU type it ran on."""
+        cluster = self.cached().cluster
+        types = {m.name: m.gpu_type for m in cluster.machines}
+        found = []
+        for row in self.completions():
+            assert row.completion is not None
+            on = {types.get(str(i["machine"])) for i in row.allocation.get("instances", []) if i.get("gpus")}
+            found.append({"job_id": row.job_id, "records": row.details.get("records", []), "placed_at": row.placed_at,
+                          "duration_s": row.completion["duration_s"], "usage": row.completion["usage"],
+                          "gpu_type": on.pop() if len(on) == 1 else None})
+        return found
 
     # writing -------------------------------------------------------------------------------------
 
@@ -234,23 +254,23 @@ class SqlStore:
         _insert_job(conn, base.cluster, decision, job, details, decision.generation + 1, time.time())
         return base
 
-    def commit_many(self, decided: list[tuple[Decision, Job]], details: Json | None = None) -> list[bool]:
-        """Store several decisions (a batch) in one transaction, in order. Each is checked against the
-        state as it is now, with the earlier ones applied: one that no longer fits (the state moved since
-        it was decided) is left out. Returns, per decision, whether it was stored."""
+    def commit_many(self, decided: list[tuple[Decision, Job, Json | None]]) -> list[bool]:
+        """Store several decisions (a batch, each with its details) in one transaction, in order. Each is
+        checked against the state as it is now, with the earlier ones applied: one that no longer fits
+        (the state moved since it was decided) is left out. Returns, per decision, whether it was stored."""
         stored: list[bool] = []
         with self._lock:
             with self._write() as conn:
-                base = self._batch_in(conn, decided, details, stored)
+                base = self._batch_in(conn, decided, stored)
             self._cache = base
         return stored
 
-    def _batch_in(self, conn: Connection, decided: list[tuple[Decision, Job]], details: Json | None,
+    def _batch_in(self, conn: Connection, decided: list[tuple[Decision, Job, Json | None]],
                   stored: list[bool]) -> ClusterSnapshot:
         generation = int(conn.execute(_GENERATION_LOCKED).scalar_one())
         base = self._cache if self._cache.generation == generation else self._load_in(conn, generation)
         now = time.time()
-        for decision, job in decided:
+        for decision, job, details in decided:
             ok = (decision.allocation is not None and not violations(base, job, decision.allocation)
                   and conn.execute(_EXISTS, {"job_id": job.job_id}).first() is None)
             if ok and decision.allocation is not None:

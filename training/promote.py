@@ -8,10 +8,12 @@ by at least ``margin``, and a P90 coverage no further from the nominal 0.9 than 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from models.registry import CHALLENGER, CHAMPION, ModelRegistry
 from training.bundle import EstimatorBundle
@@ -32,13 +34,16 @@ class Decision:
     comparison: dict[str, dict[str, float]]
 
 
-def holdout_scores(bundle: EstimatorBundle, reference: EstimatorBundle, test_share: float) -> dict[str, Any]:
-    """Scores of ``bundle`` on the holdout of each target of ``reference`` that both have."""
+def holdout_scores(bundle: EstimatorBundle, reference: EstimatorBundle, test_share: float,
+                   tables: Mapping[str, pd.DataFrame] | None = None) -> dict[str, Any]:
+    """Scores of ``bundle`` on the holdout of each target of ``reference`` that both have (each source's
+    table from ``tables`` if given there, else the shipped one)."""
     found: dict[str, Any] = {}
     for name, target in reference.targets.items():
         if name not in bundle.targets:
             continue
-        split = time_split(get_source(target.source).load(), target.spec, test_share)
+        table = tables[target.source] if tables and target.source in tables else get_source(target.source).load()
+        split = time_split(table, target.spec, test_share)
         estimator = bundle.targets[name].estimator
         features = split.features.iloc[split.test].copy()
         for column in estimator.feature_names_:
@@ -49,8 +54,10 @@ def holdout_scores(bundle: EstimatorBundle, reference: EstimatorBundle, test_sha
     return found
 
 
-def promote(registry: ModelRegistry, margin: float = 0.0, primary: str = "duration") -> Decision:
-    """Move ``champion`` to the current ``challenger`` if the gate passes; idempotent."""
+def promote(registry: ModelRegistry, margin: float = 0.0, primary: str = "duration",
+            tables: Mapping[str, pd.DataFrame] | None = None) -> Decision:
+    """Move ``champion`` to the current ``challenger`` if the gate passes; idempotent. Both are scored on
+    the holdout rebuilt from ``tables`` (see :func:`holdout_scores`)."""
     challenger = registry.alias_version(CHALLENGER)
     champion = registry.alias_version(CHAMPION)
     if challenger is None:
@@ -63,7 +70,7 @@ def promote(registry: ModelRegistry, margin: float = 0.0, primary: str = "durati
     test_share = float(registry.run_info(challenger).params.get("test_share", "0.3"))
     _, new = registry.load(challenger)
     _, old = registry.load(champion)
-    new_scores, old_scores = holdout_scores(new, new, test_share), holdout_scores(old, new, test_share)
+    new_scores, old_scores = holdout_scores(new, new, test_share, tables), holdout_scores(old, new, test_share, tables)
     key = primary if primary in new_scores else next(iter(new_scores), None)
     comparison = {"challenger": _flat(new_scores), "champion": _flat(old_scores)}
     if key is None or key not in old_scores:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,20 +48,24 @@ def source_digest(source: str) -> str:
 
 def train_and_register(registry: ModelRegistry, sources: Sequence[str], algo: str = "rf", seed: int = 0,
                        test_share: float = 0.3, progress: Progress | None = None,
-                       params: dict[str, Any] | None = None) -> TrainResult:
+                       params: dict[str, Any] | None = None, tables: Mapping[str, pd.DataFrame] | None = None,
+                       extra_params: Mapping[str, str] | None = None) -> TrainResult:
     """Fit ``algo`` for every target of ``sources``, evaluate on the later ``test_share`` of jobs against
-    the causal baselines, log everything and register the bundle with alias ``challenger``."""
+    the causal baselines, log everything and register the bundle with alias ``challenger``.
+
+    ``tables`` replaces a source's shipped table (e.g. the trace followed by feedback rows);
+    ``extra_params`` are logged with the run (e.g. which feedback the model saw)."""
     say = progress or (lambda _: None)
     targets: dict[str, TargetModel] = {}
     metrics: dict[str, float] = {}
     reports: dict[str, dict[str, Any]] = {}
     logged: dict[str, str] = {"algo": algo, "learner_params": repr(params or {}), "seed": str(seed),
-                              "test_share": str(test_share), "sources": ",".join(sources)}
+                              "test_share": str(test_share), "sources": ",".join(sources), **(extra_params or {})}
     examples: list[pd.DataFrame] = []
     with tempfile.TemporaryDirectory(prefix="gpuplace-train-") as tmp:
         for source in sources:
             say(f"loading {source}")
-            table = get_source(source).load()
+            table = tables[source] if tables and source in tables else get_source(source).load()
             logged[f"data_sha256.{source}"] = source_digest(source)
             for name, spec in TARGETS[source].items():
                 if name in targets:

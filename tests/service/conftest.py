@@ -8,11 +8,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -104,6 +106,37 @@ class Server:
 
 
 API_KEY = "test-key-9f2c"
+
+
+class Askers:
+    """Clients asking ``/v1/predict`` in a loop on threads until stopped: what they saw (model versions)
+    and every answer that was not a 200."""
+
+    def __init__(self, url: str, job: dict[str, Any], clients: int) -> None:
+        self.url, self.job = url, job
+        self.failures: list[str] = []
+        self.versions: set[str] = set()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._ask) for _ in range(clients)]
+
+    def __enter__(self) -> Askers:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+    def _ask(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=30) as http:
+            while not self._stop.is_set():
+                reply = http.post("/v1/predict", json=self.job)
+                if reply.status_code != 200:
+                    self.failures.append(reply.text)
+                else:
+                    self.versions.add(reply.json()["model_version"])
 
 
 def server_env(home: Path, database_url: str, **extra: str) -> dict[str, str]:

@@ -96,6 +96,19 @@ def test_bad_input_is_422_naming_the_field(server: Server, body: dict[str, Any],
     assert answer.status_code == 422 and field in answer.text
 
 
+@pytest.mark.parametrize(("body", "field"), [
+    ({"name": "x", "machines": [], "machine_racks": [["m", "r"]], "rack_domains": None}, "rack_domains"),
+    ({"name": "pai", "machine_racks": [["m", "r"]], "rack_domains": [["r", "d"]]}, "machine_racks needs machines"),
+    ({"name": "bad\u0000name"}, "name"),
+])
+def test_bad_cluster_spec_is_422_and_keeps_the_cluster(server: Server, body: dict[str, Any], field: str) -> None:
+    before = httpx.get(f"{server.url}/v1/cluster").json()
+    answer = httpx.put(f"{server.url}/v1/cluster", json=body, headers=KEY)
+    assert answer.status_code == 422 and field in answer.text
+    after = httpx.get(f"{server.url}/v1/cluster").json()
+    assert (after["name"], after["generation"]) == (before["name"], before["generation"])
+
+
 def test_oversized_body_is_413(server: Server) -> None:
     answer = httpx.post(f"{server.url}/v1/place", content=b"{" + b" " * 2_000_000 + b"}", headers=KEY)
     assert answer.status_code == 413

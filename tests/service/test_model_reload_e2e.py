@@ -4,7 +4,6 @@ openb pods, a real uvicorn server, the alias moved while clients keep asking."""
 from __future__ import annotations
 
 import shutil
-import threading
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -12,7 +11,7 @@ import httpx
 import pytest
 
 from models.registry import CHAMPION, ModelRegistry, default_uri
-from tests.service.conftest import API_KEY, Server, server_env
+from tests.service.conftest import API_KEY, Askers, Server, server_env
 from training.train import train_and_register
 
 SMALL = {"n_estimators": 30, "num_leaves": 15}
@@ -32,30 +31,12 @@ def test_reload_swaps_versions_without_failing_requests_and_keeps_the_last_good(
         assert answer["model_version"] == first.version and answer["duration_s"]["p50"] > 0
         assert httpx.get(f"{server.url}/readyz").json()["status"] == "ready"
 
-        failures: list[str] = []
-        versions: set[str] = set()
-        stop = threading.Event()
-
-        def ask() -> None:
-            with httpx.Client(base_url=server.url, timeout=30) as http:
-                while not stop.is_set():
-                    reply = http.post("/v1/predict", json=JOB)
-                    if reply.status_code != 200:
-                        failures.append(reply.text)
-                    else:
-                        versions.add(reply.json()["model_version"])
-
-        clients = [threading.Thread(target=ask) for _ in range(4)]
-        for c in clients:
-            c.start()
-        registry.set_alias(CHAMPION, second.version)
-        reloaded = httpx.post(f"{server.url}/v1/models/reload", headers=KEY).json()
-        after = httpx.post(f"{server.url}/v1/predict", json=JOB).json()
-        stop.set()
-        for c in clients:
-            c.join()
+        with Askers(server.url, JOB, clients=4) as askers:
+            registry.set_alias(CHAMPION, second.version)
+            reloaded = httpx.post(f"{server.url}/v1/models/reload", headers=KEY).json()
+            after = httpx.post(f"{server.url}/v1/predict", json=JOB).json()
         assert reloaded["answering"] == second.version and after["model_version"] == second.version
-        assert not failures and versions <= {first.version, second.version}
+        assert not askers.failures and askers.versions <= {first.version, second.version}
 
         # a version whose artifacts are gone cannot load: the last good one keeps answering
         third = train_and_register(registry, ["openb2023"], "lgbm", seed=3, params=SMALL)
