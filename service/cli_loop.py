@@ -35,7 +35,7 @@ def _store(database_url: str) -> Any:
 
 def retrain(
     source: Annotated[str, typer.Option(help="trace the feedback extends")] = "pai2020-jobs",
-    algo: Annotated[str, typer.Option(help="model family: lgbm or rf")] = "rf",
+    algo: Annotated[str, typer.Option(help="model family: lgbm or rf")] = "lgbm",
     seed: Annotated[int, typer.Option(help="seed of every stochastic part")] = 0,
     margin: Annotated[float, typer.Option(min=0.0, help="required improvement of the primary metric (MALE)")] = 0.0,
     every: Annotated[float, typer.Option(min=0.0, help="repeat every this many seconds (0 = once)")] = 0.0,
@@ -45,9 +45,13 @@ def retrain(
     """Train a challenger on the trace plus completed jobs' feedback; promote it only if it is better on
     the most recent holdout (and not worse on P90 coverage). Idempotent: unchanged data trains nothing."""
     while True:
-        _retrain_once(source, algo, seed, margin, database_url, name)
         if not every:
+            _retrain_once(source, algo, seed, margin, database_url, name)
             return
+        try:
+            _retrain_once(source, algo, seed, margin, database_url, name)
+        except Exception as exc:  # a scheduled loop outlives one failed round (a registry briefly down)
+            console.print(f"[red]retrain failed[/]: {type(exc).__name__}: {exc}")
         console.print(f"next retrain in {every:.0f} s")
         time.sleep(every)
 

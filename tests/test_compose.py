@@ -19,12 +19,13 @@ def _compose() -> dict[str, Any]:
 
 def test_services_and_health_checks() -> None:
     services = _compose()["services"]
-    assert set(services) == {"api", "mlflow", "postgres", "train"}
+    assert set(services) == {"api", "mlflow", "postgres", "train", "retrain"}
     for name in ("api", "mlflow", "postgres"):
         check = services[name]["healthcheck"]
         assert check["test"] and check["retries"] >= 3, name
     assert services["train"]["profiles"] == ["train"]
-    for name, needs in (("api", {"postgres", "mlflow"}), ("mlflow", {"postgres"}), ("train", {"mlflow"})):
+    for name, needs in (("api", {"postgres", "mlflow"}), ("mlflow", {"postgres"}), ("train", {"mlflow"}),
+                        ("retrain", {"postgres", "mlflow"})):
         depends = services[name]["depends_on"]
         assert set(depends) == needs and all(d["condition"] == "service_healthy" for d in depends.values()), name
 
@@ -49,3 +50,12 @@ def test_every_variable_is_documented_in_env_example() -> None:
     documented = {line.split("=")[0] for line in (REPO / ".env.example").read_text().splitlines()
                   if line and not line.startswith("#")}
     assert used and used <= documented, used - documented
+
+
+def test_retrain_runs_on_an_interval_against_the_services_state() -> None:
+    services = _compose()["services"]
+    retrain = services["retrain"]
+    assert retrain["command"][:2] == ["retrain", "--every"] and retrain["restart"] == "unless-stopped"
+    assert retrain["environment"]["GPUPLACE_DATABASE_URL"] == services["api"]["environment"]["GPUPLACE_DATABASE_URL"]
+    assert retrain["environment"]["GPUPLACE_MLFLOW_URI"] == "http://mlflow:5000"
+    assert float(services["api"]["environment"]["GPUPLACE_MODEL_POLL_S"]) > 0  # the api picks up a new champion

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -73,6 +74,20 @@ def _job(row: pd.Series, constrain_types: bool) -> Job:
     task = Task(Role.WORKER, int(row["instances"]), gpu=gpu, cpu_cores=_or_zero(float(row["req_cpu_cores"])),
                 mem_gib=_or_zero(float(row["req_mem_gib"])), gpu_types=types)
     return Job(str(row["job_id"]), (task,), duration_s=float(row["duration_s"]))
+
+
+def rest_bodies(table: pd.DataFrame, constrain_types: bool = True) -> list[tuple[float, float, dict[str, Any]]]:
+    """Rows of ``table`` as ``(submit time, duration, body of POST /v1/place)``, in the table's order: the
+    same one-task job as :func:`sim_jobs` builds, with who submitted it (user, group, workload)."""
+    found = []
+    for _, row in table.iterrows():
+        job = _job(row, constrain_types)
+        tasks = [{"role": t.role.value, "instances": t.instances, "gpu": t.gpu, "cpu_cores": t.cpu_cores,
+                  "mem_gib": t.mem_gib, "gpu_types": sorted(t.gpu_types)} for t in job.tasks]
+        who = {k: str(row[k]) for k in ("user", "group", "workload") if pd.notna(row[k])}
+        found.append((float(row["submit_time_s"]), float(row["duration_s"]), {"job_id": job.job_id, **who,
+                                                                                "tasks": tasks}))
+    return found
 
 
 def _or_zero(value: float) -> float:

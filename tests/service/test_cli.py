@@ -13,10 +13,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def gpuplace(*args: str, home: Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def gpuplace(*args: str, home: Path, cwd: Path | None = None,
+             timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "GPUPLACE_HOME": str(home), "COLUMNS": "200"}
     return subprocess.run([sys.executable, "-m", "service.cli", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd or REPO, timeout=120)
+                          env=env, cwd=cwd or REPO, timeout=timeout_s)
 
 
 def test_data_list_names_every_source(tmp_path: Path) -> None:
@@ -76,13 +77,22 @@ def test_unknown_source_and_cluster_exit_2(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_quickstart_ingests_every_shipped_source(tmp_path: Path) -> None:
-    out = gpuplace("quickstart", home=tmp_path)
+def test_quickstart_ingests_trains_serves_and_replays_then_reuses_the_model(tmp_path: Path) -> None:
+    out = gpuplace("quickstart", "--jobs", "200", home=tmp_path, timeout_s=600)
     assert out.returncode == 0, out.stderr
     written = sorted(p.name for p in (tmp_path / "tables").iterdir())
     assert written == sorted(f"{n}.parquet" for n in
                              ("pai2020-jobs", "openb2023", "openb2023-gpushare20", "philly", "dlrm2025"))
     assert "68,727" in out.stdout and "82,247" in out.stdout
+    assert "trained lgbm version 1" in out.stdout and "promoted to champion" in out.stdout
+    assert "200 real PAI jobs replayed through the REST API" in out.stdout and "/docs" in out.stdout
+    completed = next(line for line in out.stdout.splitlines() if "completed (stored as feedback)" in line)
+    assert "200" in completed
+
+    again = gpuplace("quickstart", "--jobs", "50", home=tmp_path, timeout_s=600)
+    assert again.returncode == 0, again.stderr
+    assert "champion version 1 (already trained" in again.stdout and "trained lgbm" not in again.stdout
+    assert "50 real PAI jobs replayed" in again.stdout
 
 
 def test_models_list_on_an_empty_registry_says_what_to_do(tmp_path: Path) -> None:
