@@ -92,7 +92,8 @@ def create_app(settings: Settings | None = None, rt: Runtime | None = None) -> F
 
 
 class LimitsAndMetrics:
-    """Pure ASGI middleware: 413 for a body declared larger than ``max_body``; request latency by route."""
+    """Pure ASGI middleware: 413 for a body larger than ``max_body`` (declared by Content-Length, or counted
+    as a chunked body arrives); request latency by route."""
 
     def __init__(self, app: ASGIApp, max_body: int) -> None:
         self.app, self.max_body = app, max_body
@@ -104,9 +105,14 @@ class LimitsAndMetrics:
         started = time.perf_counter()
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body):
-            reply = JSONResponse({"detail": f"request body too large: limit {self.max_body} bytes"}, status_code=413)
-            await reply(scope, receive, send)
+            await self._too_large(scope, receive, send)
             return
+        if length is None and scope["method"] in ("POST", "PUT", "PATCH"):  # chunked: count as it arrives
+            body = await self._read_at_most(receive)
+            if body is None:
+                await self._too_large(scope, receive, send)
+                return
+            receive = _replaying(body, receive)
         status = 500
 
         async def sending(message: Message) -> None:
@@ -120,6 +126,41 @@ class LimitsAndMetrics:
         if rt is not None:
             path = getattr(scope.get("route"), "path", "unmatched")
             rt.metrics.latency.labels(scope["method"], path, str(status)).observe(time.perf_counter() - started)
+
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        reply = JSONResponse({"detail": f"request body too large: limit {self.max_body} bytes"}, status_code=413)
+        await reply(scope, receive, send)
+
+    async def _read_at_most(self, receive: Receive) -> bytes | None:
+        """The whole body, or ``None`` as soon as it passes ``max_body`` bytes."""
+        chunks: list[bytes] = []
+        size, more = 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                return None
+            chunks.append(chunk)
+            more = bool(message.get("more_body", False))
+        return b"".join(chunks)
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands the app ``body`` (already read) first, then defers to the server's."""
+    pending = True
+
+    async def again() -> Message:
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return again
 
 
 _router = APIRouter()

@@ -114,6 +114,20 @@ def test_oversized_body_is_413(server: Server) -> None:
     assert answer.status_code == 413
 
 
+def _chunks(text: bytes, size: int = 65_536) -> Iterator[bytes]:
+    for i in range(0, len(text), size):
+        yield text[i:i + size]
+
+
+def test_chunked_body_is_counted_too(server: Server) -> None:
+    # no Content-Length: httpx sends a generator with Transfer-Encoding: chunked
+    big = httpx.post(f"{server.url}/v1/place", content=_chunks(b"{" + b" " * 2_000_000 + b"}"), headers=KEY)
+    assert big.status_code == 413 and "limit" in big.text
+    small = httpx.post(f"{server.url}/v1/predict", content=_chunks(json.dumps(job("chunked-1")).encode(), 7),
+                       headers={**KEY, "Content-Type": "application/json"})
+    assert small.status_code == 200 and small.json()["job_id"] == "chunked-1"
+
+
 def test_predict_cluster_models_and_metrics(server: Server) -> None:
     estimate = httpx.post(f"{server.url}/v1/predict", json=job("p-1", gpu=0.5)).json()
     assert estimate["model_version"] == "heuristic" and estimate["duration_s"] is None
