@@ -11,6 +11,11 @@ history-depth bucket b (e.g. 0, 1, 2-3, 4-10, >10 earlier jobs of the group):
    scores s = z - (z50 + spread), offset_b = the ceil((n + 1) * 0.9) / n empirical quantile of s.
    Then z90 = z50 + spread + offset_b covers 90% of exchangeable new jobs of bucket b.
 
+3. Expected value, when ``mean_columns`` name history means (in the target's unit, first available
+   wins): y_mean = a_b * y50 + (1 - a_b) * history_mean, with a_b in {0, 0.1, ..., 1} minimising the
+   squared error on the slice (whose optimum is the conditional mean); where there is no history, y50.
+   Mean JCT under shortest-job-first is set by expected durations (Smith's rule), not medians.
+
 A bucket with fewer than ``min_bucket_rows`` calibration rows uses the weight and offset fitted on
 all buckets together. Predictions are returned in the target's unit: y = exp(z) - 1, at least 0.
 """
@@ -46,7 +51,8 @@ class CalibratedEstimator:
     def __init__(self, family: str = "lgbm", baseline_column: str = "baseline", depth_column: str = "depth",
                  depth_edges: Sequence[int] = DEFAULT_DEPTH_EDGES, calibration_share: float = 0.2,
                  coverage: float = 0.9, min_bucket_rows: int = 50, seed: int = 0,
-                 params: dict[str, Any] | None = None, version: str = "unregistered") -> None:
+                 params: dict[str, Any] | None = None, version: str = "unregistered",
+                 mean_columns: Sequence[str] = ()) -> None:
         self.family = family
         self.baseline_column = baseline_column
         self.depth_column = depth_column
@@ -57,6 +63,7 @@ class CalibratedEstimator:
         self.seed = seed
         self.params = params
         self.version = version
+        self.mean_columns = tuple(mean_columns)
 
     def fit(self, features: pd.DataFrame, target: FloatArray) -> Self:
         if self.family not in LEARNERS:
@@ -76,6 +83,10 @@ class CalibratedEstimator:
         base = self._baseline(cal)
         buckets = self._buckets(cal)
         self.weights_, self.offsets_ = self._calibrate(z[split:], p50, np.maximum(p90 - p50, 0.0), base, buckets)
+        self.mean_index_ = [self.feature_names_.index(c) for c in self.mean_columns if c in self.feature_names_]
+        if self.mean_index_:
+            y50 = np.maximum(np.expm1(self.weights_[buckets] * p50 + (1.0 - self.weights_[buckets]) * base), 0.0)
+            self.mean_weights_ = self._mean_weights(np.expm1(z[split:]), y50, self._history_mean(cal, y50), buckets)
         return self
 
     def predict(self, features: pd.DataFrame) -> Prediction:
@@ -91,7 +102,11 @@ class CalibratedEstimator:
         z50 = weight * p50 + (1.0 - weight) * self._baseline(matrix)
         z90 = z50 + np.maximum(p90 - p50, 0.0) + self.offsets_[buckets]
         y50 = np.maximum(np.expm1(z50), 0.0)
-        return Prediction(y50, y50, np.maximum(np.expm1(z90), y50), self.version)
+        mean = None
+        if getattr(self, "mean_index_", None):  # models saved before the expected value have none
+            a = self.mean_weights_[buckets]
+            mean = a * y50 + (1.0 - a) * self._history_mean(matrix, y50)
+        return Prediction(y50, y50, np.maximum(np.expm1(z90), y50), self.version, mean)
 
     def raw_quantiles(self, features: pd.DataFrame) -> tuple[FloatArray, FloatArray]:
         """The learner's uncalibrated P50 and P90, in the target's unit (to report calibration)."""
@@ -102,6 +117,21 @@ class CalibratedEstimator:
     def _baseline(self, matrix: FloatArray) -> FloatArray:
         raw = matrix[:, self.baseline_index_]
         return np.where(np.isnan(raw), self.fallback_, np.log1p(np.maximum(raw, 0.0)))
+
+    def _history_mean(self, matrix: FloatArray, fallback: FloatArray) -> FloatArray:
+        found = np.full(len(matrix), np.nan)
+        for index in self.mean_index_:
+            found = np.where(np.isnan(found), matrix[:, index], found)
+        return np.where(np.isnan(found), fallback, np.maximum(found, 0.0))
+
+    def _mean_weights(self, y: FloatArray, y50: FloatArray, history: FloatArray, buckets: np.ndarray) -> FloatArray:
+        def best(mask: np.ndarray) -> float:
+            errors = [np.mean((w * y50[mask] + (1 - w) * history[mask] - y[mask]) ** 2) for w in WEIGHTS]
+            return float(WEIGHTS[int(np.argmin(errors))])
+
+        overall = best(np.ones(len(y), dtype=bool))
+        return np.array([best(buckets == b) if (buckets == b).sum() >= self.min_bucket_rows else overall
+                         for b in range(len(self.depth_edges) + 1)])
 
     def _buckets(self, matrix: FloatArray) -> np.ndarray:
         depth = np.nan_to_num(matrix[:, self.depth_index_], nan=0.0)

@@ -21,6 +21,8 @@ class Prediction:
     p50: FloatArray
     p90: FloatArray
     model_version: str
+    mean: FloatArray | None = None
+    """The expected value where the estimator gives one (what shortest-expected-job-first orders by)."""
 
     def __post_init__(self) -> None:
         if not (len(self.point) == len(self.p50) == len(self.p90)):

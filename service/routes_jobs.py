@@ -20,13 +20,16 @@ router = APIRouter(prefix="/v1", tags=["jobs"])
 
 
 def estimate(rt: Runtime, job: JobIn) -> dict[str, Any]:
-    """Per-task estimates and the job's duration (the longest task's, per quantile)."""
+    """Per-task estimates and the job's duration (the longest task's, per quantile; ``mean``, the expected
+    value, where the model gives one)."""
     try:
         per_task = rt.estimator.predict(job.records())
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from exc
     durations: list[dict[str, float]] = [t["duration"] for t in per_task if t.get("duration")]
-    duration = ({q: max(float(d[q]) for d in durations) for q in ("point", "p50", "p90")} if durations else None)
+    quantities = ("point", "p50", "p90", "mean") if durations and all("mean" in d for d in durations) else (
+        "point", "p50", "p90")
+    duration = {q: max(float(d[q]) for d in durations) for q in quantities} if durations else None
     return {"job_id": job.job_id, "model_version": per_task[0]["model_version"], "duration_s": duration,
             "tasks": [{k: v for k, v in t.items() if k != "model_version"} for t in per_task]}
 

@@ -63,6 +63,8 @@ class EstimatorBundle(PythonModel):
             predicted = self.predict_target(name, jobs)
             out[f"{name}_point"], out[f"{name}_p50"], out[f"{name}_p90"] = (
                 predicted.point, predicted.p50, predicted.p90)
+            if predicted.mean is not None:
+                out[f"{name}_mean"] = predicted.mean
         out["model_version"] = self.version
         return out
 
@@ -78,6 +80,8 @@ class EstimatorBundle(PythonModel):
             for i, answer in enumerate(answers):
                 answer[name] = {"point": float(predicted.point[i]), "p50": float(predicted.p50[i]),
                                 "p90": float(predicted.p90[i])}
+                if predicted.mean is not None:
+                    answer[name]["mean"] = float(predicted.mean[i])
         return answers
 
     def _encoder(self, name: str, target: TargetModel) -> JobEncoder:

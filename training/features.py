@@ -51,6 +51,10 @@ class TargetSpec:
     request_baseline: str | None = None
     """The request column that is the user's own estimate of this target (for observed usage)."""
 
+    def mean_columns(self) -> list[str]:
+        """History means along the baseline chain (what an expected value falls back on)."""
+        return [f"hist_{k}_mean" for k in self.baseline_chain]
+
     def request_columns(self) -> list[str]:
         return [c for c in self.requests if c not in self.exclude_requests]
 

@@ -10,7 +10,8 @@ Estimates attached to every job (seconds; NaN where the estimator has no opinion
 * ``user`` / ``group`` / ``group-gpu`` - the PAI paper's SJU / SJG / SJGG: the mean duration of the
   user's / group+user's / group+user+GPU's earlier jobs that **finished before this submission**,
   falling back to the coarser key;
-* ``model`` - the P50 of a registered bundle's duration estimator on the same causal features;
+* ``model`` - a registered bundle's expected duration (its P50 for a bundle that has none) on the same
+  causal features, and ``model-p50`` - its P50;
 * ``alibaba-group-gpu`` - the trace's own ``group_gpu_dur`` (in-sample: includes the job itself).
 """
 
@@ -44,7 +45,9 @@ def causal_estimates(table: pd.DataFrame, source: str, model: CalibratedEstimato
         out[name] = value
     if model is not None:
         frame = features.reindex(columns=model.feature_names_)
-        out["model"] = model.predict(frame).p50
+        predicted = model.predict(frame)
+        out["model"] = predicted.mean if predicted.mean is not None else predicted.p50
+        out["model-p50"] = predicted.p50
     if "ref_group_gpu_dur_s" in table:
         out["alibaba-group-gpu"] = table["ref_group_gpu_dur_s"].to_numpy(dtype=float)
     return out

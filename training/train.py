@@ -72,7 +72,8 @@ def train_and_register(registry: ModelRegistry, sources: Sequence[str], algo: st
                     raise ValueError(f"two sources give target {name!r}; register them under different --name")
                 say(f"{source} {name}: features")
                 split = time_split(table, spec, test_share)
-                estimator = CalibratedEstimator(family=algo, seed=seed, params=params)
+                estimator = CalibratedEstimator(family=algo, seed=seed, params=params,
+                                                mean_columns=spec.mean_columns())
                 result = evaluate(split, {**baselines(spec), algo: estimator}, _prefixed(say, f"{source} {name}"))
                 reports[name] = write_report(source, name, split, result, (algo,), Path(tmp) / name, seed)
                 targets[name] = TargetModel(spec, source, estimator, split.state)

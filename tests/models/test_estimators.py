@@ -78,3 +78,20 @@ def test_unknown_family_and_depth_labels() -> None:
     with pytest.raises(ValueError, match="unknown model family"):
         CalibratedEstimator("xgb").fit(frame, y)
     assert depth_labels() == ["0", "1", "2-3", "4-10", ">10"]
+
+
+def test_expected_value_follows_history_means_where_the_median_falls_short() -> None:
+    """SYNTHETIC heavy-tailed groups (log-sigma 1.2: mean = 2.05 x median), history known by construction."""
+    rng = np.random.default_rng(5)
+    n = 6000
+    median = np.exp(rng.normal(6, 1, n))
+    y = median * np.exp(rng.normal(0, 1.2, n))
+    frame = pd.DataFrame({"req_gpu": rng.integers(1, 9, n).astype(float), "baseline": median,
+                          "depth": np.full(n, 12.0), "hist_user_mean": median * np.exp(1.2 ** 2 / 2)})
+    plain = CalibratedEstimator("lgbm", seed=3, params={"n_estimators": 60}).fit(frame.iloc[:4000], y[:4000])
+    assert plain.predict(frame.iloc[4000:]).mean is None
+    model = CalibratedEstimator("lgbm", seed=3, params={"n_estimators": 60}, mean_columns=["hist_user_mean"])
+    predicted = model.fit(frame.iloc[:4000], y[:4000]).predict(frame.iloc[4000:])
+    assert predicted.mean is not None
+    assert 0.85 <= predicted.mean.mean() / y[4000:].mean() <= 1.15  # unbiased for the mean
+    assert predicted.p50.mean() / y[4000:].mean() <= 0.7  # the median is not

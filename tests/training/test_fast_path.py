@@ -24,7 +24,7 @@ def fitted(request: pytest.FixtureRequest) -> tuple[EstimatorBundle, pd.DataFram
         table = table.iloc[:20000]
     spec = target_spec(source, target)
     split = time_split(table, spec)
-    estimator = CalibratedEstimator("lgbm", params={"n_estimators": 20}).fit(
+    estimator = CalibratedEstimator("lgbm", params={"n_estimators": 20}, mean_columns=spec.mean_columns()).fit(
         split.features.iloc[split.train], split.target[split.train])
     bundle = EstimatorBundle({target: TargetModel(spec, source, estimator, split.state)})
     jobs = table.iloc[split.test[:300]][[c for c in JOB_COLUMNS if c in table]].reset_index(drop=True)
@@ -53,6 +53,7 @@ def test_records_and_frames_get_the_same_answers(fitted: tuple[EstimatorBundle, 
     for name in bundle.targets:
         np.testing.assert_allclose([a[name]["p90"] for a in record_answer], frame_answer[f"{name}_p90"])
         np.testing.assert_allclose([a[name]["point"] for a in record_answer], frame_answer[f"{name}_point"])
+        np.testing.assert_allclose([a[name]["mean"] for a in record_answer], frame_answer[f"{name}_mean"])
 
 
 def bundle_jobs(jobs: pd.DataFrame) -> pd.DataFrame:
