@@ -10,6 +10,7 @@ Estimates attached to every job (seconds; NaN where the estimator has no opinion
 * ``user`` / ``group`` / ``group-gpu`` - the PAI paper's SJU / SJG / SJGG: the mean duration of the
   user's / group+user's / group+user+GPU's earlier jobs that **finished before this submission**,
   falling back to the coarser key;
+* ``group-gpu-median`` - SJGG's chain with the history median instead of the mean (for comparison);
 * ``model`` - a registered bundle's expected duration (its P50 for a bundle that has none) on the same
   causal features, and ``model-p50`` - its P50;
 * ``alibaba-group-gpu`` - the trace's own ``group_gpu_dur`` (in-sample: includes the job itself).
@@ -39,10 +40,8 @@ def causal_estimates(table: pd.DataFrame, source: str, model: CalibratedEstimato
     features, _ = build_features(table, target_spec(source, "duration"))
     out = pd.DataFrame(index=table.index)
     for name, chain in CHAINS.items():
-        value = np.full(len(table), np.nan)
-        for key in chain:
-            value = np.where(np.isnan(value), features[f"hist_{key}_mean"].to_numpy(dtype=float), value)
-        out[name] = value
+        out[name] = _first_along(features, chain, "mean")
+    out["group-gpu-median"] = _first_along(features, CHAINS["group-gpu"], "median")
     if model is not None:
         frame = features.reindex(columns=model.feature_names_)
         predicted = model.predict(frame)
@@ -51,6 +50,14 @@ def causal_estimates(table: pd.DataFrame, source: str, model: CalibratedEstimato
     if "ref_group_gpu_dur_s" in table:
         out["alibaba-group-gpu"] = table["ref_group_gpu_dur_s"].to_numpy(dtype=float)
     return out
+
+
+def _first_along(features: pd.DataFrame, chain: tuple[str, ...], stat: str) -> np.ndarray:
+    """Per row, the first history ``stat`` available along ``chain`` (NaN where none is)."""
+    value = np.full(len(features), np.nan)
+    for key in chain:
+        value = np.where(np.isnan(value), features[f"hist_{key}_{stat}"].to_numpy(dtype=float), value)
+    return value
 
 
 def sim_jobs(table: pd.DataFrame, estimates: pd.DataFrame, constrain_types: bool,
