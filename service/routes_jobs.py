@@ -10,6 +10,9 @@ from fastapi import APIRouter, Depends, HTTPException
 from placement.batch import batch_policy
 from placement.cluster import Cluster
 from placement.decision import Decision
+from placement.demand import Job
+from placement.policies import OnlinePolicy
+from placement.snapshot import ClusterSnapshot
 from placement.store import place_and_commit
 from service.codec import allocation_to_json
 from service.runtime import Runtime, RuntimeDep, require_key, require_read_key
@@ -45,7 +48,7 @@ def place(body: PlaceIn, rt: RuntimeDep) -> dict[str, Any]:
     """Estimate, then place the job (gang: every instance or none); ``dry_run`` stores nothing.
 
     The answer is sent after the allocation's transaction has committed."""
-    if rt.store.exists(body.job_id):
+    if body.dry_run and rt.store.exists(body.job_id):
         raise HTTPException(409, f"job {body.job_id!r} already exists (job ids are never reused)")
     est = estimate(rt, body)
     try:
@@ -61,12 +64,25 @@ def place(body: PlaceIn, rt: RuntimeDep) -> dict[str, Any]:
         try:
             with rt.place_lock:
                 decision, committed = place_and_commit(
-                    rt.store, policy, job, commit=lambda d, j: rt.store.commit(d, j, details))
+                    rt.store, _refusing_running(policy), job, commit=lambda d, j: rt.store.commit(d, j, details),
+                    optimistic=rt.store.cached)
             snapshot = rt.store.cached()
         except JobExists as exc:
             raise HTTPException(409, str(exc)) from exc
+        if not committed and rt.store.exists(body.job_id):  # e.g. a retry of a request that did commit
+            raise HTTPException(409, f"job {body.job_id!r} already exists (job ids are never reused)")
     rt.metrics.decisions.labels(name, decision.verdict.value, str(committed).lower()).inc()
     return _decision_json(snapshot.cluster, decision, committed, est)
+
+
+def _refusing_running(policy: OnlinePolicy) -> OnlinePolicy:
+    """``policy``, but a job already running in the snapshot is refused (``JobExists``) before deciding."""
+    def decide(snapshot: ClusterSnapshot, job: Job) -> Decision:
+        if job.job_id in snapshot.allocations:
+            raise JobExists(f"job {job.job_id!r} already exists (job ids are never reused)")
+        return policy(snapshot, job)
+
+    return decide
 
 
 def _decision_json(cluster: Cluster, decision: Decision, committed: bool, est: dict[str, Any]) -> dict[str, Any]:
