@@ -66,36 +66,61 @@ class CountingBundle:
 
     def __init__(self) -> None:
         self.calls = 0
+        self.gate = threading.Event()  # the first call waits here while the other requests queue up
 
     def predict_records(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         self.calls += 1
+        self.gate.wait(timeout=30)
         if any(r.get("bad") for r in records):
             raise ValueError("unknown job field(s): bad")
         time.sleep(0.005)
         return [{"model_version": "7", "echo": r["job_id"]} for r in records]
 
 
-def test_concurrent_predictions_are_batched_and_each_caller_gets_its_own_answers() -> None:
-    registry = FakeRegistry()
-    holder = EstimatorHolder(registry, "champion")
-    bundle = CountingBundle()
-    holder.current = Loaded("7", bundle, 0.0)
+def _ask_all(holder: EstimatorHolder, bundle: CountingBundle, keys: list[int]) -> tuple[dict[int, list[str]],
+                                                                                       dict[int, str]]:
+    """Every key asks at once from its own thread (key 5 with a bad record); the model's first call
+    waits until all have asked, so the rest queue up behind it."""
     answers: dict[int, list[str]] = {}
     errors: dict[int, str] = {}
+    entered: list[int] = []
 
     def call(k: int) -> None:
         records = [{"job_id": f"{k}-{i}", "bad": k == 5} for i in range(1 + k % 3)]
+        entered.append(k)
         try:
             answers[k] = [a["echo"] for a in holder.predict(records)]
         except ValueError as exc:
             errors[k] = str(exc)
 
-    threads = [threading.Thread(target=call, args=(k,)) for k in range(32)]
+    threads = [threading.Thread(target=call, args=(k,)) for k in keys]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + 30
+    while len(entered) < len(threads) and time.monotonic() < deadline:  # however loaded the machine is
+        time.sleep(0.01)
+    time.sleep(0.2)
+    bundle.gate.set()
     for t in threads:
         t.join()
-    assert set(errors) == {5}  # the bad request fails alone
+    return answers, errors
+
+
+def test_concurrent_predictions_are_batched() -> None:
+    holder, bundle = EstimatorHolder(FakeRegistry(), "champion"), CountingBundle()
+    holder.current = Loaded("7", bundle, 0.0)
+    answers, errors = _ask_all(holder, bundle, [k for k in range(32) if k != 5])
+    assert not errors and len(answers) == 31
     for k, echoed in answers.items():
         assert echoed == [f"{k}-{i}" for i in range(1 + k % 3)]
-    assert bundle.calls < 32  # fewer model calls than requests: they were batched
+    assert bundle.calls <= 3  # the first request alone, then the 30 queued behind it together
+
+
+def test_a_bad_request_in_a_batch_fails_alone_and_the_others_get_their_own_answers() -> None:
+    holder, bundle = EstimatorHolder(FakeRegistry(), "champion"), CountingBundle()
+    holder.current = Loaded("7", bundle, 0.0)
+    answers, errors = _ask_all(holder, bundle, list(range(12)))
+    assert set(errors) == {5} and "bad" in errors[5]
+    assert sorted(answers) == [k for k in range(12) if k != 5]
+    for k, echoed in answers.items():
+        assert echoed == [f"{k}-{i}" for i in range(1 + k % 3)]
