@@ -30,7 +30,7 @@ from service.routes_jobs import router as jobs_router
 from service.runtime import Runtime, RuntimeDep, require_key, require_read_key
 from service.schemas import ClusterIn
 from service.settings import Settings
-from service.state_db import LiveAllocations, SqlStore, make_engine
+from service.state_db import LiveAllocations, open_store
 
 log = logging.getLogger(__name__)
 API_VERSION = "1"
@@ -41,10 +41,7 @@ def build_runtime(settings: Settings) -> Runtime:
     estimator (the registry's alias, or the heuristic when there is none)."""
     from models.registry import ModelRegistry
 
-    def default_cluster() -> Any:
-        return load_cluster(settings.cluster, settings.topology or None)
-
-    store = _retrying(lambda: SqlStore(make_engine(settings.resolved_database_url()), default_cluster))
+    store = _retrying(lambda: open_store(settings))
     try:  # several workers starting at once may race to create the registry's tables: the loser retries
         registry: Any = _retrying(lambda: ModelRegistry(settings.resolved_mlflow_uri(), settings.model_name),
                                   errors=(Exception,))

@@ -24,13 +24,10 @@ DatabaseOpt = Annotated[str, typer.Option(help="state database URL (default: the
 
 
 def _store(database_url: str) -> Any:
-    from placement.cluster_io import load_cluster
     from service.settings import Settings
-    from service.state_db import SqlStore, make_engine
+    from service.state_db import open_store
 
-    settings = Settings()
-    url = database_url or settings.resolved_database_url()
-    return SqlStore(make_engine(url), lambda: load_cluster(settings.cluster, settings.topology or None))
+    return open_store(Settings(database_url=database_url) if database_url else Settings())
 
 
 def retrain(

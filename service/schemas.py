@@ -6,21 +6,14 @@ import json
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from placement.demand import Job, Role, Task
 
 JobId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")]
-def _utf8(text: str) -> str:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"not valid UTF-8 text at character {exc.start}: a lone surrogate") from exc
-    return text
-
-
-# printable: no control characters (PostgreSQL text cannot hold NUL) and no lone surrogates (not UTF-8)
-Name = Annotated[str, StringConstraints(pattern=r"^[^\x00-\x1f\x7f]{1,128}$"), AfterValidator(_utf8)]
+# printable: no control characters (PostgreSQL text cannot hold NUL); pydantic's own string check
+# already refuses lone surrogates (not UTF-8)
+Name = Annotated[str, StringConstraints(pattern=r"^[^\x00-\x1f\x7f]{1,128}$")]
 GpuType = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]{1,32}$")]
 
 

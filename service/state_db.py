@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from placement.cluster import Cluster
+from placement.cluster_io import load_cluster
 from placement.decision import Decision
 from placement.demand import Job
 from placement.feasibility import violations
@@ -44,6 +45,7 @@ from service.codec import (
     job_from_json,
     job_to_json,
 )
+from service.settings import Settings
 
 metadata = sa.MetaData()
 cluster_state = sa.Table(
@@ -113,6 +115,12 @@ class JobRow:
     placed_at: float
     ended_at: float | None
     completion: Json | None
+
+
+def open_store(settings: Settings) -> SqlStore:
+    """The store at the configured database; an empty database gets the configured cluster."""
+    return SqlStore(make_engine(settings.resolved_database_url()),
+                    lambda: load_cluster(settings.cluster, settings.topology or None))
 
 
 def make_engine(url: str) -> Engine:
@@ -185,27 +193,14 @@ class SqlStore:
 
     def job(self, job_id: str) -> JobRow | None:
         with self.engine.connect() as conn:
-            row = conn.execute(sa.select(jobs).where(jobs.c.job_id == job_id)).first()
-            done = conn.execute(sa.select(completions).where(completions.c.job_id == job_id)).first()
-        if row is None:
-            return None
-        completion = None if done is None else {"duration_s": done.duration_s, "usage": json.loads(done.usage),
-                                                "completed_at": done.completed_at}
-        return JobRow(row.job_id, row.state, json.loads(row.demand), json.loads(row.allocation), row.policy,
-                      json.loads(row.details), int(row.placed_generation), float(row.placed_at), row.ended_at,
-                      completion)
+            row = conn.execute(_WITH_COMPLETION.where(jobs.c.job_id == job_id)).first()
+        return None if row is None else _job_row(row)
 
     def completions(self) -> list[JobRow]:
         """Every completed job with its observed duration and usage (for retraining), oldest first."""
-        query = (sa.select(jobs, completions.c.duration_s, completions.c.usage, completions.c.completed_at)
-                 .join(completions, completions.c.job_id == jobs.c.job_id).order_by(completions.c.completed_at))
+        query = _WITH_COMPLETION.where(completions.c.job_id.is_not(None)).order_by(completions.c.completed_at)
         with self.engine.connect() as conn:
-            found = conn.execute(query).all()
-        return [JobRow(r.job_id, r.state, json.loads(r.demand), json.loads(r.allocation), r.policy,
-                       json.loads(r.details), int(r.placed_generation), float(r.placed_at), r.ended_at,
-                       {"duration_s": float(r.duration_s), "usage": json.loads(r.usage),
-                        "completed_at": float(r.completed_at)})
-                for r in found]
+            return [_job_row(r) for r in conn.execute(query).all()]
 
     def feedback(self) -> list[dict[str, Any]]:
         """Completed jobs as :func:`training.feedback.feedback_table` takes them: the task records each
@@ -356,6 +351,18 @@ def _insert_job(conn: Connection, cluster: Cluster, decision: Decision, job: Job
         "job_id": job.job_id, "state": RUNNING, "demand": json.dumps(job_to_json(job)),
         "allocation": json.dumps(allocation_to_json(cluster, decision.allocation)), "policy": decision.policy,
         "details": json.dumps(details or {}), "placed_generation": generation, "placed_at": now, "ended_at": None})
+
+
+_WITH_COMPLETION = sa.select(jobs, completions.c.duration_s, completions.c.usage, completions.c.completed_at) \
+    .outerjoin(completions, completions.c.job_id == jobs.c.job_id)
+
+
+def _job_row(r: Any) -> JobRow:
+    """A row of ``_WITH_COMPLETION`` (a job, and its completion if it has one)."""
+    completion = None if r.completed_at is None else {
+        "duration_s": float(r.duration_s), "usage": json.loads(r.usage), "completed_at": float(r.completed_at)}
+    return JobRow(r.job_id, r.state, json.loads(r.demand), json.loads(r.allocation), r.policy, json.loads(r.details),
+                  int(r.placed_generation), float(r.placed_at), r.ended_at, completion)
 
 
 def _job_of(demand: str) -> Job:
