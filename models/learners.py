@@ -10,6 +10,7 @@ later jobs. Every learner takes a seed.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Protocol, Self
 
 import lightgbm as lgb
@@ -23,6 +24,7 @@ LGBM_DEFAULTS: dict[str, Any] = {
     "n_estimators": 300, "learning_rate": 0.05, "num_leaves": 31, "min_child_samples": 40,
     "subsample": 0.8, "subsample_freq": 1, "colsample_bytree": 0.8, "verbose": -1,
 }
+_PARALLEL_ROWS = 2048
 RF_DEFAULTS: dict[str, Any] = {"n_estimators": 120, "min_samples_leaf": 5, "max_features": 0.5, "n_jobs": -1}
 
 
@@ -48,8 +50,12 @@ class LightGBMLearner:
         return self
 
     def predict_quantiles(self, matrix: FloatArray) -> tuple[FloatArray, FloatArray]:
-        p50 = np.asarray(self.median_.booster_.predict(matrix), dtype=float)
-        p90 = np.asarray(self.upper_.booster_.predict(matrix), dtype=float)
+        # A few rows (a service request) in the calling thread: OpenMP workers would cost more to wake
+        # than they save, and spin afterwards on the cores the service needs. Each call names its thread
+        # count, since LightGBM keeps the last one it was given.
+        threads = 1 if len(matrix) < _PARALLEL_ROWS else (os.cpu_count() or 1)
+        p50 = np.asarray(self.median_.booster_.predict(matrix, num_threads=threads), dtype=float)
+        p90 = np.asarray(self.upper_.booster_.predict(matrix, num_threads=threads), dtype=float)
         return p50, p90
 
 

@@ -8,12 +8,11 @@ resource requested, and the duration is unknown (``null``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -39,22 +38,21 @@ class Loaded:
 class EstimatorHolder:
     """The current model behind a lock-free reference swap (readers never block).
 
-    Concurrent predictions are batched: one worker thread takes every request waiting (up to
-    ``max_batch`` records) and asks the model once. A forest costs about the same for 1 row as for
-    50, so under load this multiplies throughput instead of queueing requests one model call each.
+    Predictions asked from the event loop are batched there: every request that asks during one pass of
+    the loop is answered by one model call, made at the start of the next pass. Under load many requests
+    share a call (a model call costs about a millisecond however few rows it has); when idle a request
+    waits for nobody. The call runs on the loop's own thread: a model call from a second thread would
+    contend with the loop for the GIL, and each handover can wait the interpreter's switch interval.
     """
 
-    def __init__(self, registry: Registry | None, alias: str, max_batch: int = 256) -> None:
+    def __init__(self, registry: Registry | None, alias: str) -> None:
         self.registry, self.alias = registry, alias
         self.current: Loaded | None = None
         self.last_error: str | None = None
-        self.max_batch = max_batch
         self._stop = threading.Event()
         self._reload_lock = threading.Lock()
-        self._requests: queue.SimpleQueue[tuple[Sequence[Mapping[str, Any]], Future[list[dict[str, Any]]]]] = (
-            queue.SimpleQueue())
-        self._batcher: threading.Thread | None = None
-        self._batcher_lock = threading.Lock()
+        self._pending: list[tuple[Sequence[Mapping[str, Any]], asyncio.Future[list[dict[str, Any]]]]] = []
+        self.calls = 0
 
     def reload(self) -> str | None:
         """Load the alias's version if it differs from the current one; returns the version answering."""
@@ -91,50 +89,6 @@ class EstimatorHolder:
     def stop(self) -> None:
         self._stop.set()
 
-    def _batch_worker(self) -> None:
-        while True:
-            pending = [self._requests.get()]
-            size = len(pending[0][0])
-            while size < self.max_batch:
-                try:
-                    pending.append(self._requests.get_nowait())
-                except queue.Empty:
-                    break
-                size += len(pending[-1][0])
-            current = self.current
-            try:
-                if current is None:
-                    raise RuntimeError("no model loaded")
-                answers = current.bundle.predict_records([r for records, _ in pending for r in records])
-            except Exception:  # one bad request must not fail the others: answer each on its own
-                for records, future in pending:
-                    self._answer_alone(current, records, future)
-                continue
-            start = 0
-            for records, future in pending:
-                future.set_result(answers[start:start + len(records)])
-                start += len(records)
-
-    @staticmethod
-    def _answer_alone(current: Loaded | None, records: Sequence[Mapping[str, Any]],
-                      future: Future[list[dict[str, Any]]]) -> None:
-        try:
-            if current is None:
-                raise RuntimeError("no model loaded")
-            future.set_result(current.bundle.predict_records(records))
-        except Exception as exc:
-            future.set_exception(exc)
-
-    def _batched(self, records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        if self._batcher is None:
-            with self._batcher_lock:
-                if self._batcher is None:
-                    self._batcher = threading.Thread(target=self._batch_worker, name="predict-batcher", daemon=True)
-                    self._batcher.start()
-        future: Future[list[dict[str, Any]]] = Future()
-        self._requests.put((records, future))
-        return future.result()
-
     @property
     def version(self) -> str:
         return self.current.version if self.current else HEURISTIC
@@ -145,8 +99,47 @@ class EstimatorHolder:
 
     def predict(self, records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Per record: ``model_version`` and per target ``{point, p50, p90}`` (``None`` = unknown)."""
-        if self.current is not None:
-            return self._batched(records)
+        current = self.current
+        if current is None:
+            return self._heuristic(records)
+        self.calls += 1
+        answers: list[dict[str, Any]] = current.bundle.predict_records(records)
+        return answers
+
+    async def predict_async(self, records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """:meth:`predict` from the event loop, batched with the other requests of the same pass."""
+        if self.current is None:
+            return self._heuristic(records)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[dict[str, Any]]] = loop.create_future()
+        self._pending.append((records, future))
+        if len(self._pending) == 1:
+            loop.call_soon(self._answer_pending)
+        return await future
+
+    def _answer_pending(self) -> None:
+        pending, self._pending = self._pending, []
+        try:
+            answers = self.predict([r for records, _ in pending for r in records])
+        except Exception:  # one bad request must not fail the others: answer each on its own
+            for records, future in pending:
+                try:
+                    result = self.predict(records)
+                except Exception as exc:
+                    if not future.done():
+                        future.set_exception(exc)
+                else:
+                    if not future.done():
+                        future.set_result(result)
+            return
+        start = 0
+        for records, future in pending:
+            if not future.done():  # its request may have gone
+                future.set_result(answers[start:start + len(records)])
+            start += len(records)
+
+    @staticmethod
+    def _heuristic(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         out = []
         for record in records:
             answer: dict[str, Any] = {"model_version": HEURISTIC, "duration": None}

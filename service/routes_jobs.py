@@ -6,29 +6,46 @@ import math
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException
+from fastapi.concurrency import run_in_threadpool
 
 from placement.batch import batch_policy
 from placement.cluster import Cluster
 from placement.decision import Decision
 from placement.demand import Job
 from placement.policies import OnlinePolicy
-from placement.snapshot import ClusterSnapshot
-from placement.store import place_and_commit
 from service.codec import allocation_to_json
 from service.runtime import Runtime, RuntimeDep, require_key, require_read_key
 from service.schemas import BatchIn, CompleteIn, JobId, JobIn, PlaceIn
-from service.state_db import JobExists
+from service.state_db import COMPLETED, RELEASED, EndOp, JobExists, Placed, PlaceOp
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
 
-def estimate(rt: Runtime, job: JobIn) -> dict[str, Any]:
+def estimate_many(rt: Runtime, jobs: list[JobIn]) -> list[dict[str, Any]]:
+    """:func:`estimate_async` of several jobs, with one model call."""
+    records = [job.records() for job in jobs]
+    try:
+        per_task = rt.estimator.predict([r for rs in records for r in rs])
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from exc
+    out, start = [], 0
+    for job, rs in zip(jobs, records, strict=True):
+        out.append(_job_estimate(job, per_task[start:start + len(rs)]))
+        start += len(rs)
+    return out
+
+
+async def estimate_async(rt: Runtime, job: JobIn) -> dict[str, Any]:
     """Per-task estimates and the job's duration (the longest task's, per quantile; ``mean``, the expected
     value, where the model gives one)."""
     try:
-        per_task = rt.estimator.predict(job.records())
+        per_task = await rt.estimator.predict_async(job.records())
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from exc
+    return _job_estimate(job, per_task)
+
+
+def _job_estimate(job: JobIn, per_task: list[dict[str, Any]]) -> dict[str, Any]:
     durations: list[dict[str, float]] = [t["duration"] for t in per_task if t.get("duration")]
     quantities = ("point", "p50", "p90", "mean") if durations and all("mean" in d for d in durations) else (
         "point", "p50", "p90")
@@ -38,51 +55,43 @@ def estimate(rt: Runtime, job: JobIn) -> dict[str, Any]:
 
 
 @router.post("/predict", dependencies=[Depends(require_read_key)])
-def predict(job: JobIn, rt: RuntimeDep) -> dict[str, Any]:
+async def predict(job: JobIn, rt: RuntimeDep) -> dict[str, Any]:
     """What the job will need: per task and resource a point estimate, P50 and P90, and its duration."""
-    return estimate(rt, job)
+    return await estimate_async(rt, job)
 
 
 @router.post("/place", dependencies=[Depends(require_key)])
-def place(body: PlaceIn, rt: RuntimeDep) -> dict[str, Any]:
+async def place(body: PlaceIn, rt: RuntimeDep) -> dict[str, Any]:
     """Estimate, then place the job (gang: every instance or none); ``dry_run`` stores nothing.
 
-    The answer is sent after the allocation's transaction has committed."""
-    if body.dry_run and rt.store.exists(body.job_id):
-        raise HTTPException(409, f"job {body.job_id!r} already exists (job ids are never reused)")
-    est = estimate(rt, body)
+    The answer is sent after the allocation's transaction has committed (``service.writer``: the
+    placements and releases of the moment are decided in order and committed together)."""
     try:
         name, policy = rt.policy(body.policy)
     except KeyError as exc:
         raise HTTPException(422, str(exc.args[0])) from exc
+    est = await estimate_async(rt, body)
     job = body.to_job(est["duration_s"]["p50"] if est["duration_s"] else math.nan)
     if body.dry_run:
-        snapshot = rt.store.snapshot()
-        decision, committed = policy(snapshot, job), False
+        decision, cluster = await run_in_threadpool(_decide_only, rt, policy, job)
+        committed = False
     else:
         details = {"estimate": est, "model_version": est["model_version"], "records": body.records()}
-        try:
-            with rt.place_lock:
-                decision, committed = place_and_commit(
-                    rt.store, _refusing_running(policy), job, commit=lambda d, j: rt.store.commit(d, j, details),
-                    optimistic=rt.store.cached)
-            snapshot = rt.store.cached()
-        except JobExists as exc:
-            raise HTTPException(409, str(exc)) from exc
-        if not committed and rt.store.exists(body.job_id):  # e.g. a retry of a request that did commit
-            raise HTTPException(409, f"job {body.job_id!r} already exists (job ids are never reused)")
+        result = await rt.writer.run(PlaceOp(job, policy, details))
+        if isinstance(result, JobExists):
+            raise HTTPException(409, str(result))
+        if not isinstance(result, Placed):
+            raise result if isinstance(result, Exception) else TypeError(f"a placement came to {result!r}")
+        decision, committed, cluster = result.decision, result.committed, result.cluster
     rt.metrics.decisions.labels(name, decision.verdict.value, str(committed).lower()).inc()
-    return _decision_json(snapshot.cluster, decision, committed, est)
+    return _decision_json(cluster, decision, committed, est)
 
 
-def _refusing_running(policy: OnlinePolicy) -> OnlinePolicy:
-    """``policy``, but a job already running in the snapshot is refused (``JobExists``) before deciding."""
-    def decide(snapshot: ClusterSnapshot, job: Job) -> Decision:
-        if job.job_id in snapshot.allocations:
-            raise JobExists(f"job {job.job_id!r} already exists (job ids are never reused)")
-        return policy(snapshot, job)
-
-    return decide
+def _decide_only(rt: Runtime, policy: OnlinePolicy, job: Job) -> tuple[Decision, Cluster]:
+    if rt.store.exists(job.job_id):
+        raise HTTPException(409, f"job {job.job_id!r} already exists (job ids are never reused)")
+    snapshot = rt.store.snapshot()
+    return policy(snapshot, job), snapshot.cluster
 
 
 def _decision_json(cluster: Cluster, decision: Decision, committed: bool, est: dict[str, Any]) -> dict[str, Any]:
@@ -100,7 +109,7 @@ def place_batch(body: BatchIn, rt: RuntimeDep) -> dict[str, Any]:
     existing = [j.job_id for j in body.jobs if rt.store.exists(j.job_id)]
     if existing:
         raise HTTPException(409, f"jobs already exist (job ids are never reused): {existing[:10]}")
-    estimates = [estimate(rt, j) for j in body.jobs]
+    estimates = estimate_many(rt, body.jobs)
     jobs = [j.to_job(e["duration_s"]["p50"] if e["duration_s"] else math.nan) for j, e in zip(body.jobs, estimates,
                                                                                            strict=True)]
     snapshot = rt.store.snapshot()
@@ -136,25 +145,23 @@ def get_job(job_id: JobId, rt: RuntimeDep) -> dict[str, Any]:
 
 
 @router.post("/jobs/{job_id}/release", dependencies=[Depends(require_key)])
-def release_job(job_id: JobId, rt: RuntimeDep) -> dict[str, Any]:
+async def release_job(job_id: JobId, rt: RuntimeDep) -> dict[str, Any]:
     """Free the job's resources. Idempotent: releasing a job that holds nothing changes nothing."""
-    released = rt.store.release(job_id)
-    if released:
-        return {"job_id": job_id, "released": True, "state": "released"}
-    row = rt.store.job(job_id)
+    if await rt.writer.run(EndOp(job_id, RELEASED)) is True:
+        return {"job_id": job_id, "released": True, "state": RELEASED}
+    row = await run_in_threadpool(rt.store.job, job_id)
     if row is None:
         raise HTTPException(404, f"no job {job_id!r}")
     return {"job_id": job_id, "released": False, "state": row.state}
 
 
 @router.post("/jobs/{job_id}/complete", dependencies=[Depends(require_key)])
-def complete_job(job_id: JobId, body: CompleteIn, rt: RuntimeDep) -> dict[str, Any]:
+async def complete_job(job_id: JobId, body: CompleteIn, rt: RuntimeDep) -> dict[str, Any]:
     """The job finished: free its resources and keep its observed duration and usage for retraining."""
-    row = rt.store.job(job_id)
+    usage = {str(k): v for k, v in body.usage.items()}
+    if await rt.writer.run(EndOp(job_id, COMPLETED, (body.duration_s, usage))) is True:
+        return {"job_id": job_id, "state": COMPLETED, "duration_s": body.duration_s}
+    row = await run_in_threadpool(rt.store.job, job_id)
     if row is None:
         raise HTTPException(404, f"no job {job_id!r}")
-    if row.state != "running":
-        raise HTTPException(409, f"job {job_id!r} is {row.state}, not running: nothing to complete")
-    if not rt.store.complete(job_id, body.duration_s, {str(k): v for k, v in body.usage.items()}):
-        raise HTTPException(409, f"job {job_id!r} is no longer running")
-    return {"job_id": job_id, "state": "completed", "duration_s": body.duration_s}
+    raise HTTPException(409, f"job {job_id!r} is {row.state}, not running: nothing to complete")

@@ -15,6 +15,7 @@ from placement.policies import OnlinePolicy, online_policy
 from service.estimator import EstimatorHolder
 from service.settings import Settings
 from service.state_db import SqlStore
+from service.writer import Writer
 
 
 @dataclass
@@ -43,6 +44,11 @@ class Runtime:
     """Decide-and-commit is serialised within a process (placing takes about a millisecond); across
     processes the database's generation check keeps decisions apart."""
     _policies: dict[str, OnlinePolicy] = field(default_factory=dict)
+    writer: Writer = field(init=False)
+    """Places, releases and completions, group-committed by one thread (``service.writer``)."""
+
+    def __post_init__(self) -> None:
+        self.writer = Writer(self.store)
 
     def policy(self, name: str | None) -> tuple[str, OnlinePolicy]:
         """The online policy ``name`` (default the service's); ``KeyError`` naming the known ones."""
@@ -52,7 +58,13 @@ class Runtime:
         return chosen, self._policies[chosen]
 
 
-def runtime(request: Request) -> Runtime:
+async def runtime(request: Request) -> Runtime:
+    """A coroutine, as are the key checks: FastAPI would run a plain function in its thread pool, a
+    thread hop per dependency per request."""
+    return _runtime(request)
+
+
+def _runtime(request: Request) -> Runtime:
     rt: Runtime = request.app.state.runtime
     return rt
 
@@ -61,7 +73,7 @@ RuntimeDep = Annotated[Runtime, Depends(runtime)]
 
 
 def _check_key(request: Request) -> None:
-    keys = runtime(request).settings.keys()
+    keys = _runtime(request).settings.keys()
     if not keys:
         return
     given = request.headers.get("x-api-key") or ""
@@ -77,12 +89,12 @@ def _check_key(request: Request) -> None:
         raise HTTPException(403, "API key not accepted")
 
 
-def require_key(request: Request) -> None:
+async def require_key(request: Request) -> None:
     """Dependency of mutating endpoints."""
     _check_key(request)
 
 
-def require_read_key(request: Request) -> None:
+async def require_read_key(request: Request) -> None:
     """Dependency of read endpoints: a key only if ``protect_reads`` is set."""
-    if runtime(request).settings.protect_reads:
+    if _runtime(request).settings.protect_reads:
         _check_key(request)

@@ -23,6 +23,8 @@ class Settings(BaseSettings):
     api_keys: str = Field("", description="comma-separated API keys for mutating endpoints; empty = no auth")
     protect_reads: bool = Field(False, description="require an API key for read endpoints too")
     max_body_bytes: int = Field(1_000_000, ge=1024)
+    otel: bool = Field(False, description="FastAPI's OpenTelemetry spans, metrics and logs (for an OTel SDK the "
+                                          "deployment configures); off by default: /metrics serves Prometheus")
     kube_api: str = Field("", description="Kubernetes API server URL for the extender's bind "
                                           "(in a cluster: https://kubernetes.default.svc)")
     kube_token_file: str = "/var/run/secrets/kubernetes.io/serviceaccount/token"

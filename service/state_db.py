@@ -33,6 +33,7 @@ from placement.cluster_io import load_cluster
 from placement.decision import Decision
 from placement.demand import Job
 from placement.feasibility import violations
+from placement.policies import OnlinePolicy
 from placement.snapshot import ClusterSnapshot, apply, release
 from placement.store import CommitStatus
 from service.codec import (
@@ -86,6 +87,7 @@ _MOVE = (cluster_state.update()
          .values(generation=sa.bindparam("next"), updated_at=sa.bindparam("now")))
 _SET_GENERATION = (cluster_state.update().where(cluster_state.c.id == 1)
                    .values(generation=sa.bindparam("next"), updated_at=sa.bindparam("now")))
+_EXISTING = sa.select(jobs.c.job_id).where(jobs.c.job_id.in_(sa.bindparam("ids", expanding=True)))
 _INSERT_JOB = jobs.insert()
 _END = (jobs.update().where(jobs.c.job_id == sa.bindparam("ending"), jobs.c.state == RUNNING)
         .values(state=sa.bindparam("new_state"), ended_at=sa.bindparam("now")))
@@ -101,6 +103,36 @@ class JobExists(ValueError):
 
 class LiveAllocations(ValueError):
     """A new cluster spec would orphan running jobs (and ``force`` was not given)."""
+
+
+@dataclass(frozen=True)
+class PlaceOp:
+    """Decide ``job`` with ``policy`` on the state as it is inside the transaction, and store it if placed."""
+
+    job: Job
+    policy: OnlinePolicy
+    details: Json | None = None
+
+
+@dataclass(frozen=True)
+class EndOp:
+    """End a running job: ``released``, or ``completed`` with its observed ``(duration_s, usage)``."""
+
+    job_id: str
+    state: str = "released"
+    completion: tuple[float, Json] | None = None
+
+
+@dataclass(frozen=True)
+class Placed:
+    """What a :class:`PlaceOp` came to: the decision, whether it was stored, the cluster it names."""
+
+    decision: Decision
+    committed: bool
+    cluster: Cluster
+
+
+OpResult = Placed | bool | Exception
 
 
 @dataclass(frozen=True)
@@ -275,6 +307,62 @@ class SqlStore:
         conn.execute(_SET_GENERATION, {"next": base.generation, "now": now})
         return base
 
+    def apply_ops(self, ops: list[PlaceOp | EndOp]) -> list[OpResult]:
+        """Run ``ops`` in order in one transaction (group commit) and return, per op, a :class:`Placed`,
+        whether an :class:`EndOp` ended its job, or the exception that op alone came to (``JobExists``,
+        a policy error). The generation is locked for the whole transaction, so every decision is made
+        on the state as committed, with the earlier ops of the batch applied: no conflict, no retry.
+        A database error fails the whole batch (nothing of it is stored) and is raised."""
+        results: list[OpResult] = []
+        with self._lock:
+            with self._write() as conn:
+                generation = int(conn.execute(_GENERATION_LOCKED).scalar_one())
+                base = self._cache if self._cache.generation == generation else self._load_in(conn, generation)
+                wanted = [op.job.job_id for op in ops if isinstance(op, PlaceOp)]
+                known = set(conn.execute(_EXISTING, {"ids": wanted}).scalars()) if wanted else set()
+                now = time.time()
+                for op in ops:
+                    if isinstance(op, PlaceOp):
+                        base, result = self._place_in(conn, base, op, known, now)
+                        if isinstance(result, Placed) and result.committed:
+                            known.add(op.job.job_id)
+                    else:
+                        base, result = self._end_in(conn, base, op, now)
+                    results.append(result)
+                if base.generation != generation:
+                    conn.execute(_SET_GENERATION, {"next": base.generation, "now": now})
+            self._cache = base
+        return results
+
+    @staticmethod
+    def _place_in(conn: Connection, base: ClusterSnapshot, op: PlaceOp, known: set[str],
+                  now: float) -> tuple[ClusterSnapshot, OpResult]:
+        job = op.job
+        if job.job_id in known or job.job_id in base.allocations:
+            return base, JobExists(f"job {job.job_id!r} already exists (job ids are never reused)")
+        try:
+            decision = op.policy(base, job)
+        except Exception as exc:  # this job's alone: the others of the batch go on
+            return base, exc
+        if decision.allocation is None:
+            return base, Placed(decision, False, base.cluster)
+        problems = violations(base, job, decision.allocation)
+        if problems:
+            return base, RuntimeError(f"refusing an infeasible allocation of {job.job_id}: {problems}")
+        base = apply(base, decision.allocation)
+        _insert_job(conn, base.cluster, decision, job, op.details, base.generation, now)
+        return base, Placed(decision, True, base.cluster)
+
+    @staticmethod
+    def _end_in(conn: Connection, base: ClusterSnapshot, op: EndOp, now: float) -> tuple[ClusterSnapshot, OpResult]:
+        if conn.execute(_END, {"ending": op.job_id, "new_state": op.state, "now": now}).rowcount != 1:
+            return base, False
+        if op.completion is not None:
+            conn.execute(completions.insert().values(job_id=op.job_id, duration_s=op.completion[0],
+                                                     usage=json.dumps(op.completion[1]), completed_at=now))
+        after = release(base, op.job_id)
+        return (after if after is not base else replace(base, generation=base.generation + 1)), True
+
     def _load_in(self, conn: Connection, generation: int) -> ClusterSnapshot:
         state = conn.execute(sa.select(cluster_state.c.cluster).where(cluster_state.c.id == 1)).scalar_one()
         cluster = cluster_from_json(json.loads(state))
@@ -294,23 +382,7 @@ class SqlStore:
         return self._end(job_id, COMPLETED, (duration_s, usage))
 
     def _end(self, job_id: str, state: str, completion: tuple[float, Json] | None) -> bool:
-        now = time.time()
-        with self._lock:
-            try:
-                with self._write() as conn:
-                    generation = conn.execute(_GENERATION_LOCKED).scalar_one()
-                    ended = conn.execute(_END, {"ending": job_id, "new_state": state, "now": now})
-                    if ended.rowcount != 1:
-                        raise _Conflict
-                    if completion is not None:
-                        conn.execute(completions.insert().values(job_id=job_id, duration_s=completion[0],
-                                                                 usage=json.dumps(completion[1]), completed_at=now))
-                    conn.execute(_SET_GENERATION, {"next": generation + 1, "now": now})
-            except _Conflict:
-                return False
-            if self._cache.generation == generation:
-                self._cache = replace(release(self._cache, job_id), generation=generation + 1)
-        return True
+        return self.apply_ops([EndOp(job_id, state, completion)])[0] is True
 
     def replace_cluster(self, cluster: Cluster, force: bool = False) -> list[str]:
         """Load a new cluster spec. Running jobs must fit it as they are (same machine names, GPUs and

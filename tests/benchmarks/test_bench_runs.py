@@ -65,6 +65,7 @@ def test_service_benchmark_runs_and_writes_its_figures(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(out.read_text())
     assert figures["model_version"] == "heuristic" and figures["database"] == "sqlite"
-    for name in ("healthz", "predict", "place"):
+    for name in ("healthz", "predict", "place", "place_closed_loop"):
         assert figures[name]["requests"] > 0 and figures[name]["errors"] == 0
     assert figures["place"]["durable_placements_per_s"] > 0
+    assert figures["place_closed_loop"]["durable_placements_per_s"] > 0

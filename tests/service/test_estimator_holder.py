@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import threading
-import time
+import asyncio
 from typing import Any
 
 from service.estimator import HEURISTIC, EstimatorHolder, Loaded
@@ -62,65 +61,65 @@ def test_reload_swaps_when_the_alias_moves_and_keeps_the_last_good_on_failure() 
 
 
 class CountingBundle:
-    """Echoes each record's ``job_id``; counts model calls; refuses records marked bad; a little slow."""
+    """Echoes each record's ``job_id``; counts model calls and the records of each; refuses records
+    marked bad."""
 
     def __init__(self) -> None:
-        self.calls = 0
-        self.gate = threading.Event()  # the first call waits here while the other requests queue up
+        self.calls: list[int] = []
 
     def predict_records(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        self.calls += 1
-        self.gate.wait(timeout=30)
+        self.calls.append(len(records))
         if any(r.get("bad") for r in records):
             raise ValueError("unknown job field(s): bad")
-        time.sleep(0.005)
         return [{"model_version": "7", "echo": r["job_id"]} for r in records]
 
 
-def _ask_all(holder: EstimatorHolder, bundle: CountingBundle, keys: list[int]) -> tuple[dict[int, list[str]],
-                                                                                       dict[int, str]]:
-    """Every key asks at once from its own thread (key 5 with a bad record); the model's first call
-    waits until all have asked, so the rest queue up behind it."""
+async def _ask_all(holder: EstimatorHolder, keys: list[int]) -> tuple[dict[int, list[str]], dict[int, str]]:
+    """Every key asks in the same pass of the event loop (key 5 with a bad record)."""
     answers: dict[int, list[str]] = {}
     errors: dict[int, str] = {}
-    entered: list[int] = []
 
-    def call(k: int) -> None:
+    async def call(k: int) -> None:
         records = [{"job_id": f"{k}-{i}", "bad": k == 5} for i in range(1 + k % 3)]
-        entered.append(k)
         try:
-            answers[k] = [a["echo"] for a in holder.predict(records)]
+            answers[k] = [a["echo"] for a in await holder.predict_async(records)]
         except ValueError as exc:
             errors[k] = str(exc)
 
-    threads = [threading.Thread(target=call, args=(k,)) for k in keys]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + 30
-    while len(entered) < len(threads) and time.monotonic() < deadline:  # however loaded the machine is
-        time.sleep(0.01)
-    time.sleep(0.2)
-    bundle.gate.set()
-    for t in threads:
-        t.join()
+    await asyncio.gather(*(call(k) for k in keys))
     return answers, errors
 
 
-def test_concurrent_predictions_are_batched() -> None:
+def test_requests_of_one_pass_of_the_loop_share_one_model_call() -> None:
     holder, bundle = EstimatorHolder(FakeRegistry(), "champion"), CountingBundle()
     holder.current = Loaded("7", bundle, 0.0)
-    answers, errors = _ask_all(holder, bundle, [k for k in range(32) if k != 5])
+    answers, errors = asyncio.run(_ask_all(holder, [k for k in range(32) if k != 5]))
     assert not errors and len(answers) == 31
     for k, echoed in answers.items():
         assert echoed == [f"{k}-{i}" for i in range(1 + k % 3)]
-    assert bundle.calls <= 3  # the first request alone, then the 30 queued behind it together
+    assert bundle.calls == [sum(1 + k % 3 for k in range(32) if k != 5)]
 
 
 def test_a_bad_request_in_a_batch_fails_alone_and_the_others_get_their_own_answers() -> None:
     holder, bundle = EstimatorHolder(FakeRegistry(), "champion"), CountingBundle()
     holder.current = Loaded("7", bundle, 0.0)
-    answers, errors = _ask_all(holder, bundle, list(range(12)))
+    answers, errors = asyncio.run(_ask_all(holder, list(range(12))))
     assert set(errors) == {5} and "bad" in errors[5]
     assert sorted(answers) == [k for k in range(12) if k != 5]
     for k, echoed in answers.items():
         assert echoed == [f"{k}-{i}" for i in range(1 + k % 3)]
+    assert len(bundle.calls) == 1 + 12  # the batch, then each request on its own
+
+
+def test_a_request_that_has_gone_does_not_hold_up_the_batch() -> None:
+    holder, bundle = EstimatorHolder(FakeRegistry(), "champion"), CountingBundle()
+    holder.current = Loaded("7", bundle, 0.0)
+
+    async def scenario() -> list[str]:
+        gone = asyncio.ensure_future(holder.predict_async([{"job_id": "gone"}]))
+        staying = asyncio.ensure_future(holder.predict_async([{"job_id": "stays"}]))
+        await asyncio.sleep(0)  # both have asked
+        gone.cancel()
+        return [a["echo"] for a in await staying]
+
+    assert asyncio.run(scenario()) == ["stays"]
