@@ -18,7 +18,7 @@ Targets on 2 cores: at least 300 durable placements/s through ``/v1/place`` with
 ``/v1/predict`` p99 under 25 ms at 500 requests/s. Figures are printed and written to JSON, never
 asserted on. ``--fast`` (CI): 2 s per phase at low rates.
 
-    python tests/benchmarks/bench_service.py [--fast] [--home DIR] [--database-url URL] [--out FILE]
+    python tests/benchmarks/bench_service.py [--fast] [--home DIR] [--database-url URL] [--workers N] [--out FILE]
 """
 
 from __future__ import annotations
@@ -178,6 +178,7 @@ def main() -> None:
     parser.add_argument("--home", type=Path, default=Path(os.environ.get("GPUPLACE_HOME", REPO / ".gpuplace")))
     parser.add_argument("--database-url", default="")
     parser.add_argument("--rate", type=float, default=500.0)
+    parser.add_argument("--workers", type=int, default=1, help="server worker processes")
     parser.add_argument("--place-rate", type=float, default=300.0, help="placements/s of the fixed-rate phase")
     parser.add_argument("--clients", type=int, default=16, help="clients of the closed-loop phase")
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -188,12 +189,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         database = args.database_url or f"sqlite:///{Path(scratch) / 'state.db'}"
         env = server_env(args.home, database, GPUPLACE_MODEL_POLL_S="0")
-        server = Server(env).start()
+        server = Server(env).start(*(["--workers", str(args.workers)] if args.workers > 1 else []))
         try:
             result = asyncio.run(measure(server.url, seconds, rate, place_rate, clients))
         finally:
             server.stop()
     result["database"] = "postgresql" if database.startswith("postgresql") else "sqlite"
+    result["workers"] = args.workers
     for name, label in (("healthz", "healthz"), ("predict", "predict"), ("place", "place"),
                         ("place_closed_loop", f"place, {clients} clients closed loop")):
         f = result[name]
