@@ -78,6 +78,8 @@ def _liquid_fills(job: Job, task_index: int) -> bool:
 FILLS: dict[str, Fills] = {"liquid": _liquid_fills, "first-fit": _always, "pack": _always}
 """Packing policies: a chosen machine takes further identical instances while it has room."""
 OnlinePolicy = Callable[[ClusterSnapshot, Job], Decision]
+"""Decides one job on a snapshot; an allocation it returns has passed the feasibility checker on that
+snapshot (:func:`placement.online.place_greedy` raises ``RuntimeError`` otherwise)."""
 
 
 def online_policy(name: str, config: PlacementConfig | None = None, explain: bool = True) -> OnlinePolicy:

@@ -71,30 +71,17 @@ class MemoryStore:
 
 
 def place_and_commit(store: StateStore, policy: OnlinePolicy, job: Job, attempts: int = 8,
-                     commit: Callable[[Decision, Job], CommitStatus] | None = None,
-                     optimistic: Callable[[], ClusterSnapshot] | None = None) -> tuple[Decision, bool]:
+                     commit: Callable[[Decision, Job], CommitStatus] | None = None) -> tuple[Decision, bool]:
     """Decide on a fresh snapshot and commit (``store.commit``, or ``commit`` for a store that keeps
     more with the decision); on a conflict decide again (at most ``attempts`` times).
-
-    With ``optimistic`` (e.g. the snapshot this process last saw, no read), the first decision is made
-    on it: a stale one fails its commit as a conflict and the next is made on a fresh snapshot. A first
-    decision that places nothing is confirmed on a fresh snapshot if that differs.
 
     Returns the last decision and whether it was committed.
     """
     decision: Decision | None = None
-    fresh = optimistic is None
     for _ in range(attempts):
-        snapshot = store.snapshot() if fresh or optimistic is None else optimistic()
-        decision = policy(snapshot, job)
-        if decision.allocation is None and not fresh:
-            fresh = True
-            if store.snapshot() is snapshot:  # nothing newer: the verdict stands
-                return decision, False
-            continue
+        decision = policy(store.snapshot(), job)
         status = (commit or store.commit)(decision, job)
         if status is not CommitStatus.CONFLICT:
             return decision, status is CommitStatus.COMMITTED
-        fresh = True
     assert decision is not None
     return decision, False

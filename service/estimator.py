@@ -52,7 +52,6 @@ class EstimatorHolder:
         self._stop = threading.Event()
         self._reload_lock = threading.Lock()
         self._pending: list[tuple[Sequence[Mapping[str, Any]], asyncio.Future[list[dict[str, Any]]]]] = []
-        self.calls = 0
 
     def reload(self) -> str | None:
         """Load the alias's version if it differs from the current one; returns the version answering."""
@@ -102,7 +101,6 @@ class EstimatorHolder:
         current = self.current
         if current is None:
             return self._heuristic(records)
-        self.calls += 1
         answers: list[dict[str, Any]] = current.bundle.predict_records(records)
         return answers
 

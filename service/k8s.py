@@ -176,8 +176,7 @@ def _reserve(rt: Runtime, job: Job, node: str) -> str:
         allocation = Allocation(job.job_id, (working.take(machine, 0, need_of(task)),))
         decision = Decision(job.job_id, "k8s-bind", Verdict.PLACED, snapshot.generation, allocation)
         try:
-            with rt.place_lock:
-                status = rt.store.commit(decision, job, {"node": node})
+            status = rt.store.commit(decision, job, {"node": node})
         except JobExists:
             return f"pod {job.job_id} is already bound"
         if status is CommitStatus.COMMITTED:

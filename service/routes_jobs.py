@@ -35,11 +35,11 @@ def estimate_many(rt: Runtime, jobs: list[JobIn]) -> list[dict[str, Any]]:
     return out
 
 
-async def estimate_async(rt: Runtime, job: JobIn) -> dict[str, Any]:
+async def estimate_async(rt: Runtime, job: JobIn, records: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Per-task estimates and the job's duration (the longest task's, per quantile; ``mean``, the expected
-    value, where the model gives one)."""
+    value, where the model gives one). ``records``: ``job.records()``, if the caller has them already."""
     try:
-        per_task = await rt.estimator.predict_async(job.records())
+        per_task = await rt.estimator.predict_async(job.records() if records is None else records)
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from exc
     return _job_estimate(job, per_task)
@@ -70,13 +70,14 @@ async def place(body: PlaceIn, rt: RuntimeDep) -> dict[str, Any]:
         name, policy = rt.policy(body.policy)
     except KeyError as exc:
         raise HTTPException(422, str(exc.args[0])) from exc
-    est = await estimate_async(rt, body)
+    records = body.records()
+    est = await estimate_async(rt, body, records)
     job = body.to_job(est["duration_s"]["p50"] if est["duration_s"] else math.nan)
     if body.dry_run:
         decision, cluster = await run_in_threadpool(_decide_only, rt, policy, job)
         committed = False
     else:
-        details = {"estimate": est, "model_version": est["model_version"], "records": body.records()}
+        details = {"estimate": est, "model_version": est["model_version"], "records": records}
         result = await rt.writer.run(PlaceOp(job, policy, details))
         if isinstance(result, JobExists):
             raise HTTPException(409, str(result))
@@ -118,10 +119,9 @@ def place_batch(body: BatchIn, rt: RuntimeDep) -> dict[str, Any]:
     if not body.dry_run:
         index = {d.job_id: i for i, d in enumerate(result.decisions)}
         order = [index[j] for j in result.applied_order]
-        with rt.place_lock:
-            done = rt.store.commit_many([(result.decisions[i], jobs[i], {
-                "batch": body.policy, "estimate": estimates[i], "model_version": estimates[i]["model_version"],
-                "records": body.jobs[i].records()}) for i in order])
+        done = rt.store.commit_many([(result.decisions[i], jobs[i], {
+            "batch": body.policy, "estimate": estimates[i], "model_version": estimates[i]["model_version"],
+            "records": body.jobs[i].records()}) for i in order])
         for i, ok in zip(order, done, strict=True):
             stored[i] = ok
     for decision, ok in zip(result.decisions, stored, strict=True):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hmac
-import threading
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -40,9 +39,6 @@ class Runtime:
     store: SqlStore
     estimator: EstimatorHolder
     metrics: Metrics = field(default_factory=Metrics)
-    place_lock: threading.Lock = field(default_factory=threading.Lock)
-    """Decide-and-commit is serialised within a process (placing takes about a millisecond); across
-    processes the database's generation check keeps decisions apart."""
     _policies: dict[str, OnlinePolicy] = field(default_factory=dict)
     writer: Writer = field(init=False)
     """Places, releases and completions, group-committed by one thread (``service.writer``)."""

@@ -107,7 +107,10 @@ class LiveAllocations(ValueError):
 
 @dataclass(frozen=True)
 class PlaceOp:
-    """Decide ``job`` with ``policy`` on the state as it is inside the transaction, and store it if placed."""
+    """Decide ``job`` with ``policy`` on the state as it is inside the transaction, and store it if placed.
+
+    The decision is made on that very state, so the policy's own feasibility check (every online
+    policy raises on an infeasible allocation of its own) is the check; it is not made twice."""
 
     job: Job
     policy: OnlinePolicy
@@ -294,8 +297,7 @@ class SqlStore:
 
     def _batch_in(self, conn: Connection, decided: list[tuple[Decision, Job, Json | None]],
                   stored: list[bool]) -> ClusterSnapshot:
-        generation = int(conn.execute(_GENERATION_LOCKED).scalar_one())
-        base = self._cache if self._cache.generation == generation else self._load_in(conn, generation)
+        base = self._locked_state(conn)
         now = time.time()
         for decision, job, details in decided:
             ok = (decision.allocation is not None and not violations(base, job, decision.allocation)
@@ -316,8 +318,8 @@ class SqlStore:
         results: list[OpResult] = []
         with self._lock:
             with self._write() as conn:
-                generation = int(conn.execute(_GENERATION_LOCKED).scalar_one())
-                base = self._cache if self._cache.generation == generation else self._load_in(conn, generation)
+                base = self._locked_state(conn)
+                generation = base.generation
                 wanted = [op.job.job_id for op in ops if isinstance(op, PlaceOp)]
                 known = set(conn.execute(_EXISTING, {"ids": wanted}).scalars()) if wanted else set()
                 now = time.time()
@@ -334,6 +336,12 @@ class SqlStore:
             self._cache = base
         return results
 
+    def _locked_state(self, conn: Connection) -> ClusterSnapshot:
+        """The state as committed, its generation locked until ``conn``'s transaction ends (the snapshot
+        this process holds if the database is still at its generation)."""
+        generation = int(conn.execute(_GENERATION_LOCKED).scalar_one())
+        return self._cache if self._cache.generation == generation else self._load_in(conn, generation)
+
     @staticmethod
     def _place_in(conn: Connection, base: ClusterSnapshot, op: PlaceOp, known: set[str],
                   now: float) -> tuple[ClusterSnapshot, OpResult]:
@@ -346,9 +354,6 @@ class SqlStore:
             return base, exc
         if decision.allocation is None:
             return base, Placed(decision, False, base.cluster)
-        problems = violations(base, job, decision.allocation)
-        if problems:
-            return base, RuntimeError(f"refusing an infeasible allocation of {job.job_id}: {problems}")
         base = apply(base, decision.allocation)
         _insert_job(conn, base.cluster, decision, job, op.details, base.generation, now)
         return base, Placed(decision, True, base.cluster)

@@ -31,6 +31,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,12 @@ async def fixed_rate(client: aiohttp.ClientSession, path: str, bodies: list[dict
             errors += answer.status != 200
         latencies.append((time.perf_counter() - started) * 1e3)
 
+    return _figures(latencies, errors, await _open_loop(rate, seconds, one))
+
+
+async def _open_loop(rate: float, seconds: float, one: Callable[[int], Awaitable[None]]) -> float:
+    """Start ``one(k)`` every 1/rate s for ``seconds``, whatever the answers' speed; wait for them all.
+    Returns the seconds it took."""
     tasks, start, k = [], time.perf_counter(), 0
     while (now := time.perf_counter() - start) < seconds:
         if k < now * rate:
@@ -85,7 +92,7 @@ async def fixed_rate(client: aiohttp.ClientSession, path: str, bodies: list[dict
         else:
             await asyncio.sleep(min(1 / rate, 0.001))
     await asyncio.gather(*tasks)
-    return _figures(latencies, errors, time.perf_counter() - start)
+    return time.perf_counter() - start
 
 
 class _Placements:
@@ -117,15 +124,7 @@ async def place_at_rate(client: aiohttp.ClientSession, bodies: list[dict[str, An
                         seconds: float) -> dict[str, Any]:
     """Open loop: a placement every 1/rate s, each released once acknowledged."""
     calls = _Placements(client, bodies)
-    tasks, start, k = [], time.perf_counter(), 0
-    while (now := time.perf_counter() - start) < seconds:
-        if k < now * rate:
-            tasks.append(asyncio.create_task(calls.one(k, f"rate-{k}")))
-            k += 1
-        else:
-            await asyncio.sleep(min(1 / rate, 0.001))
-    await asyncio.gather(*tasks)
-    return calls.figures(time.perf_counter() - start)
+    return calls.figures(await _open_loop(rate, seconds, lambda k: calls.one(k, f"rate-{k}")))
 
 
 async def place_loop(client: aiohttp.ClientSession, bodies: list[dict[str, Any]], clients: int,

@@ -116,24 +116,3 @@ def test_two_processes_sharing_one_database_never_double_allocate(database_url: 
     _check(final)
     assert sorted(final.allocations) == sorted(committed)
     assert len(committed) == 16  # 16 GPUs in all: every one taken, none twice
-
-
-def test_optimistic_placement_on_a_stale_snapshot_conflicts_then_decides_fresh(database_url: str) -> None:
-    first, second = store_at(database_url), store_at(database_url)  # two processes
-    assert first.snapshot().generation == second.snapshot().generation == 0
-    _, ok = place_and_commit(first, PLACE, job("big", gpu=8.0))  # fills machine c; second has not looked
-    assert ok and second.cached().generation == 0
-    decision, ok = place_and_commit(second, PLACE, job("next", gpu=8.0), optimistic=second.cached)
-    # on the stale snapshot machine c looked free: that commit conflicted, the fresh decision says wait
-    assert not ok and decision.allocation is None and second.cached().generation == 1
-    assert set(store_at(database_url).snapshot().allocations) == {"big"}
-
-
-def test_optimistic_wait_verdict_is_confirmed_on_a_fresh_snapshot(database_url: str) -> None:
-    first, second = store_at(database_url), store_at(database_url)
-    _, ok = place_and_commit(first, PLACE, job("big", gpu=8.0))
-    assert ok and second.snapshot().generation == 1  # second has seen machine c full
-    assert first.release("big")  # freed by the other process
-    decision, ok = place_and_commit(second, PLACE, job("next", gpu=8.0), optimistic=second.cached)
-    assert ok and decision.allocation is not None  # the stale "wait" was not the answer
-    assert set(store_at(database_url).snapshot().allocations) == {"next"}
