@@ -5,11 +5,15 @@ placed: its demand, its allocation, its state ``running`` / ``released`` / ``com
 ``evicted``, the estimate it was placed with) and ``completions`` (observed duration and usage of
 completed jobs, kept for retraining).
 
-Commit protocol (optimistic, safe across processes sharing one database): a decision made on
-generation g is committed by ``UPDATE cluster_state SET generation = g + 1 WHERE generation = g``
-in the same transaction as the job's row. If another writer moved the generation, the update touches
-no row, the transaction rolls back and the caller decides again on a fresh snapshot. A placement is
-acknowledged only after its transaction commits. Releasing bumps the generation too.
+Two ways to write, both safe across processes sharing one database; a placement is acknowledged
+only after its transaction commits, and every change moves the generation.
+
+* :meth:`SqlStore.apply_ops` (the service's writer): lock the generation row, decide and store a batch
+  of placements and releases on the state as committed, move the generation once.
+* :meth:`SqlStore.commit` (a decision made elsewhere, e.g. the Kubernetes bind): optimistic; a decision
+  made on generation g is committed by ``UPDATE cluster_state SET generation = g + 1 WHERE generation
+  = g`` in the same transaction as the job's row. If another writer moved the generation, the update
+  touches no row, the transaction rolls back and the caller decides again on a fresh snapshot.
 
 Each process keeps the snapshot of the generation it last saw and reloads it from the ``running``
 jobs when the database's generation differs (another process wrote).
