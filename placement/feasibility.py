@@ -13,8 +13,6 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-import numpy as np
-
 from placement.demand import Job, Task
 from placement.snapshot import MIB_PER_GIB, MILLI, Allocation, ClusterSnapshot, InstancePlacement, up
 
@@ -80,14 +78,17 @@ def _over_capacity(snapshot: ClusterSnapshot, allocation: Allocation) -> list[st
     problems = []
     for name, index, used, extra, cap in (
             ("GPU share", gpus, snapshot.gpu_milli_used, [gpu_add[g][0] for g in gpus], [MILLI] * len(gpus)),
-            ("GPU memory", gpus, snapshot.gpu_mem_used, [gpu_add[g][1] for g in gpus], layout.gpu_mem_cap[gpus]),
-            ("CPU", machines, snapshot.cpu_used, [machine_add[m][0] for m in machines], layout.cpu_cap[machines]),
-            ("memory", machines, snapshot.mem_used, [machine_add[m][1] for m in machines], layout.mem_cap[machines])):
-        after = used[index] + np.asarray(extra, dtype=np.int64)
-        over = np.flatnonzero(after > np.asarray(cap))
-        if over.size:
-            problems.append(f"{name} over capacity at index {index[int(over[0])]}: {int(after[over[0]])} > "
-                            f"{int(np.asarray(cap)[over[0]])}")
+            ("GPU memory", gpus, snapshot.gpu_mem_used, [gpu_add[g][1] for g in gpus],
+             layout.gpu_mem_cap[gpus].tolist()),
+            ("CPU", machines, snapshot.cpu_used, [machine_add[m][0] for m in machines],
+             layout.cpu_cap[machines].tolist()),
+            ("memory", machines, snapshot.mem_used, [machine_add[m][1] for m in machines],
+             layout.mem_cap[machines].tolist())):
+        # Python integers: an allocation touches few GPUs and machines, where numpy calls cost more
+        for at, before, more, limit in zip(index, used[index].tolist(), extra, cap, strict=True):
+            if before + more > limit:
+                problems.append(f"{name} over capacity at index {at}: {before + more} > {limit}")
+                break
     return problems
 
 

@@ -26,17 +26,34 @@ FloatArray = npt.NDArray[np.float64]
 DEFAULT_DISTANCE_COST = (0.0, 1.0, 4.0, 40.0)
 
 
+_ZEROS: dict[int, tuple[Layout, tuple[FloatArray, FloatArray, FloatArray]]] = {}
+
+
+def _zeros(layout: Layout) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Read-only zero sums per machine, rack and domain of ``layout`` (cached per layout)."""
+    cached = _ZEROS.get(id(layout))
+    if cached is None or cached[0] is not layout:
+        arrays = (np.zeros(len(layout.cpu_cap)), np.zeros(int(layout.rack.max()) + 1 if len(layout.rack) else 0),
+                  np.zeros(int(layout.domain.max()) + 1 if len(layout.domain) else 0))
+        for array in arrays:
+            array.flags.writeable = False
+        cached = _ZEROS[id(layout)] = (layout, arrays)
+    return cached[1]
+
+
 class _Sums:
     """An amount per machine, with its rack, domain and cluster totals."""
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
-        self.machine = np.zeros(len(layout.cpu_cap))
-        self.rack = np.zeros(int(layout.rack.max()) + 1 if len(layout.rack) else 0)
-        self.domain = np.zeros(int(layout.domain.max()) + 1 if len(layout.domain) else 0)
+        self.machine, self.rack, self.domain = _zeros(layout)  # shared and read-only until the first add
         self.total = 0.0
+        self._own = False
 
     def add(self, machine: int, amount: float) -> None:
+        if not self._own:
+            self.machine, self.rack, self.domain = self.machine.copy(), self.rack.copy(), self.domain.copy()
+            self._own = True
         self.machine[machine] += amount
         self.rack[self.layout.rack[machine]] += amount
         self.domain[self.layout.domain[machine]] += amount

@@ -176,11 +176,11 @@ def breakdown(snapshot: ClusterSnapshot, job: Job, allocation: Allocation, confi
         first = int(layout.gpu_first[m])
         for g, used in enumerate(snapshot.gpu_milli_used[first:first + int(layout.gpu_count[m])].tolist(), first):
             partial += 0 < used + added.get(g, 0) < MILLI
-    share = snapshot.machine_share[machines]
+    share = snapshot.machine_share[machines].tolist()
     return {
         "network": (placement_cost(job, layout, allocation.instances, config.distance_cost)
                     if network_cost is None else network_cost),
-        "load_before": float(share.mean()) if len(share) else 0.0,
+        "load_before": sum(share) / len(share) if share else 0.0,
         "machines": float(len(machines)),
         "racks": float(len({int(layout.rack[m]) for m in machines})),
         "domains": float(len({int(layout.domain[m]) for m in machines})),
@@ -188,17 +188,30 @@ def breakdown(snapshot: ClusterSnapshot, job: Job, allocation: Allocation, confi
     }
 
 
-_TIERS: dict[tuple[int, tuple[tuple[str, int], ...]], tuple[Layout, FloatArray]] = {}
+_TIERS: dict[tuple[int, int], tuple[Layout, PlacementConfig, FloatArray, FloatArray]] = {}
+_TIERS_MAX = 256
 
 
 def machine_tiers(config: PlacementConfig, layout: Layout) -> FloatArray:
     """Tier of each machine's GPU type (higher = scarcer, more capable; unknown types 2). Cached per
-    layout and tier table; read-only."""
-    key = (id(layout), tuple(sorted(config.gpu_tier.items())))
+    layout and config; read-only."""
+    return _tiers(config, layout)[2]
+
+
+def machine_scarcity(config: PlacementConfig, layout: Layout) -> FloatArray:
+    """:func:`machine_tiers` scaled to 0..1 by the highest tier (read-only)."""
+    return _tiers(config, layout)[3]
+
+
+def _tiers(config: PlacementConfig, layout: Layout) -> tuple[Layout, PlacementConfig, FloatArray, FloatArray]:
+    key = (id(layout), id(config))
     cached = _TIERS.get(key)
-    if cached is None or cached[0] is not layout:
+    if cached is None or cached[0] is not layout or cached[1] is not config:
         by_type = np.array([config.gpu_tier.get(t, 2) for t in layout.gpu_types], dtype=float)
         tier = by_type[layout.gpu_type] if len(by_type) else np.zeros(len(layout.gpu_type))
-        tier.flags.writeable = False
-        cached = _TIERS[key] = (layout, tier)
-    return cached[1]
+        scarce = tier / max(float(tier.max()) if len(tier) else 0.0, 1.0)
+        tier.flags.writeable = scarce.flags.writeable = False
+        if len(_TIERS) >= _TIERS_MAX:
+            _TIERS.clear()
+        cached = _TIERS[key] = (layout, config, tier, scarce)
+    return cached

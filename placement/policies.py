@@ -21,7 +21,17 @@ import numpy as np
 
 from placement.decision import Decision
 from placement.demand import Job, Role
-from placement.online import Chooser, Fills, FloatArray, PlacementConfig, Step, machine_tiers, never_fills, place_greedy
+from placement.online import (
+    Chooser,
+    Fills,
+    FloatArray,
+    PlacementConfig,
+    Step,
+    machine_scarcity,
+    machine_tiers,
+    never_fills,
+    place_greedy,
+)
 from placement.snapshot import ClusterSnapshot
 
 EPSILON = 1e-6
@@ -32,8 +42,7 @@ def _liquid(step: Step) -> FloatArray:
     task = step.job.tasks[step.task_index]
     share = step.working.gpu_allocated_share()
     load = share if task.role is Role.PS and step.job.has_ps else 1.0 - share
-    tier = machine_tiers(c, step.working.layout)
-    scarce = tier / max(tier.max(), 1.0) if task.gpu > 0 and not task.gpu_types else 0.0
+    scarce = machine_scarcity(c, step.working.layout) if task.gpu > 0 and not task.gpu_types else 0.0
     fit = EPSILON * step.candidates.free_whole
     result: FloatArray = c.w_network * step.network.increment(step.task_index) + c.w_load * load + \
         c.w_scarce * scarce + fit

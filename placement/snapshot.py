@@ -187,8 +187,35 @@ def _with(snapshot: ClusterSnapshot, allocation: Allocation, sign: int,
             gpu_mem[g] += sign * p.gpu_mem_mib
         cpu[p.machine] += sign * p.cpu_milli
         mem[p.machine] += sign * p.mem_mib
-    return ClusterSnapshot(snapshot.cluster, snapshot.generation + 1, _frozen(gpu_milli), _frozen(gpu_mem),
-                           _frozen(cpu), _frozen(mem), allocations)
+    child = ClusterSnapshot(snapshot.cluster, snapshot.generation + 1, _frozen(gpu_milli), _frozen(gpu_mem),
+                            _frozen(cpu), _frozen(mem), allocations)
+    _carry_derived(snapshot, child, {p.machine for p in allocation.instances})
+    return child
+
+
+_DERIVED = ("machine_gpu_milli", "machine_free_whole", "machine_share")
+
+
+def _carry_derived(parent: ClusterSnapshot, child: ClusterSnapshot, machines: set[int]) -> None:
+    """Give ``child`` the per-machine arrays ``parent`` has derived, recomputed on ``machines`` only
+    (the only ones that differ), instead of deriving them again over the whole cluster."""
+    known = parent.__dict__
+    if any(name not in known for name in _DERIVED):
+        return
+    layout = child.layout
+    milli, free, share = (known[name].copy() for name in _DERIVED)
+    for m in machines:
+        first, count = int(layout.gpu_first[m]), int(layout.gpu_count[m])
+        if count:
+            used = child.gpu_milli_used[first:first + count].tolist()
+            mem = child.gpu_mem_used[first:first + count].tolist()
+            milli[m] = sum(used)
+            free[m] = sum(u == 0 and g == 0 for u, g in zip(used, mem, strict=True))
+            share[m] = sum(used) / (count * MILLI)
+        else:
+            share[m] = child.cpu_used[m] / max(int(layout.cpu_cap[m]), 1)
+    # cached_property keeps its value in the instance dict, which a frozen dataclass leaves writable
+    child.__dict__.update(zip(_DERIVED, (_frozen(milli), _frozen(free), _frozen(share)), strict=True))
 
 
 def allocated_share(layout: Layout, machine_milli: IntArray, cpu_used: IntArray) -> npt.NDArray[np.float64]:

@@ -9,6 +9,7 @@ fullest GPU that still fits it (best fit, which keeps whole GPUs free for whole-
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,11 +54,20 @@ def _all_machines(n: int) -> BoolArray:
 
 @dataclass
 class Candidates:
-    """Per machine: can it host the instance (``ok``) and the first reason it cannot (``reason``)."""
+    """Per machine: can it host the instance (``ok``) and the first reason it cannot (``reason``,
+    worked out when first read: a job that fits never needs it)."""
 
     ok: BoolArray
-    reason: IntArray
     free_whole: IntArray
+    reasons_now: Callable[[], IntArray]
+    """Computes the reason codes of every machine from the working state as it is."""
+    _reason: IntArray | None = None
+
+    @property
+    def reason(self) -> IntArray:
+        if self._reason is None:
+            self._reason = self.reasons_now()
+        return self._reason
 
 
 class WorkingState:
@@ -110,30 +120,39 @@ class WorkingState:
             seen, result = cached
             for m in set(self._touched[seen:]):
                 code = self._reason_at(task, need, m)
-                result.ok[m], result.reason[m], result.free_whole[m] = code == OK, code, self.free_whole[m]
+                result.ok[m], result.free_whole[m] = code == OK, self.free_whole[m]
+                if result._reason is not None:
+                    result._reason[m] = code
         self._cache[key] = (len(self._touched), result)
         return result
 
     def _candidates(self, task: Task, need: Need) -> Candidates:
         """:meth:`candidates` computed for every machine at once."""
+        gpu_ok, cpu_ok, mem_ok = self._fits(need)
+        ok = gpu_ok & cpu_ok & mem_ok
+        if task.gpu > 0 and task.gpu_types:
+            ok &= self.type_mask(task)
+        return Candidates(ok, self.free_whole.copy(), lambda: self._reasons(task, need))
+
+    def _fits(self, need: Need) -> tuple[BoolArray, BoolArray, BoolArray]:
+        """Per machine: room for the GPUs, the CPU and the memory of one instance of ``need``."""
         layout = self.layout
-        free_whole = self.free_whole.copy()
         if need.whole_gpus:
-            gpu_ok = free_whole >= need.whole_gpus
+            gpu_ok = self.free_whole >= need.whole_gpus
         elif need.gpu_milli:
             fits = self._shared_fits(need)
             gpu_ok = np.bincount(layout.gpu_machine, weights=fits, minlength=self.n_machines) > 0
         else:
-            gpu_ok = np.ones(self.n_machines, dtype=bool)
-        cpu_ok = self.cpu + need.cpu_milli <= layout.cpu_cap
-        mem_ok = self.mem + need.mem_mib <= layout.mem_cap
-        gpu_code = FEW_GPUS if need.whole_gpus else NO_SHARED_GPU
-        # the first failing rule, in the order type, GPU, CPU, memory (later rules written first)
+            gpu_ok = _all_machines(self.n_machines)
+        return gpu_ok, self.cpu + need.cpu_milli <= layout.cpu_cap, self.mem + need.mem_mib <= layout.mem_cap
+
+    def _reasons(self, task: Task, need: Need) -> IntArray:
+        """The first failing rule per machine, in the order type, GPU, CPU, memory (later rules written first)."""
+        gpu_ok, cpu_ok, mem_ok = self._fits(need)
         reason = np.where(~mem_ok, FEW_MEM, OK)
         reason = np.where(~cpu_ok, FEW_CPU, reason)
-        reason = np.where(~gpu_ok, gpu_code, reason)
-        reason = np.where(~self.type_mask(task), WRONG_TYPE, reason).astype(np.int64)
-        return Candidates(reason == OK, reason, free_whole)
+        reason = np.where(~gpu_ok, FEW_GPUS if need.whole_gpus else NO_SHARED_GPU, reason)
+        return np.where(~self.type_mask(task), WRONG_TYPE, reason).astype(np.int64)
 
     def _reason_at(self, task: Task, need: Need, machine: int) -> int:
         """The reason code of :meth:`_candidates` for one machine, in scalar arithmetic."""

@@ -120,3 +120,21 @@ def test_same_input_same_decision(scenario: tuple[Cluster, list[Job], str]) -> N
     first, _, _ = _run(cluster, stream, policy)
     second, _, _ = _run(cluster, stream, policy)
     assert dict(first.allocations) == dict(second.allocations)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_per_machine_sums_carried_to_new_snapshots_equal_a_recount(scenario: tuple[Cluster, list[Job], str]) -> None:
+    """``apply`` and ``release`` hand the per-machine arrays on, recomputed only where the job sits;
+    they must equal what a snapshot with the same usage but nothing cached derives over the cluster."""
+    cluster, stream, policy = scenario
+    snapshot, history, placed = _run(cluster, stream, policy)
+    # each placement was decided on its parent snapshot, which derived the sums; apply carried them on
+    assert all("machine_free_whole" in vars(one) for one in history[1:])
+    for job_id in reversed(placed):
+        history.append(snapshot := release(snapshot, job_id))
+    for one in history:
+        fresh = ClusterSnapshot(cluster, one.generation, one.gpu_milli_used, one.gpu_mem_used, one.cpu_used,
+                                one.mem_used)
+        for name in ("machine_gpu_milli", "machine_free_whole", "machine_share"):
+            np.testing.assert_array_equal(getattr(one, name), getattr(fresh, name), err_msg=name)
