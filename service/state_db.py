@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -91,10 +91,52 @@ _MOVE = (cluster_state.update()
          .values(generation=sa.bindparam("next"), updated_at=sa.bindparam("now")))
 _SET_GENERATION = (cluster_state.update().where(cluster_state.c.id == 1)
                    .values(generation=sa.bindparam("next"), updated_at=sa.bindparam("now")))
-_EXISTING = sa.select(jobs.c.job_id).where(jobs.c.job_id.in_(sa.bindparam("ids", expanding=True)))
 _INSERT_JOB = jobs.insert()
+_COMPLETE = completions.insert()
 _END = (jobs.update().where(jobs.c.job_id == sa.bindparam("ending"), jobs.c.state == RUNNING)
         .values(state=sa.bindparam("new_state"), ended_at=sa.bindparam("now")))
+
+
+class _DriverSql:
+    """The group commit's statements compiled once for the engine's dialect and run on the driver's cursor.
+
+    SQLAlchemy's execution machinery costs more per statement than SQLite takes to run it: one
+    transaction that places a job and releases another took 0.64 ms through ``Connection.execute``
+    and 0.23 ms through the driver. The statements are still built from the tables above, so the two
+    paths cannot disagree on the schema. Both drivers take named parameters as dicts."""
+
+    def __init__(self, engine: Engine) -> None:
+        dialect = engine.dialect
+        if dialect.paramstyle not in ("named", "pyformat"):
+            raise ValueError(f"the state store needs a driver with named parameters, not {dialect.paramstyle!r}")
+        self._placeholder = ":{}" if dialect.paramstyle == "named" else "%({})s"
+
+        def compiled(statement: sa.sql.expression.ClauseElement) -> tuple[str, dict[str, Any]]:
+            done = statement.compile(dialect=dialect)
+            return str(done), {k: v for k, v in done.params.items() if v is not None}
+
+        self.generation_locked = compiled(_GENERATION_LOCKED)
+        self.insert_job = compiled(_INSERT_JOB)
+        self.end = compiled(_END)
+        self.complete = compiled(_COMPLETE)
+        self.set_generation = compiled(_SET_GENERATION)
+
+    def existing(self, cursor: Any, ids: list[str]) -> set[str]:
+        """Which of ``ids`` the jobs table holds."""
+        marks = ", ".join(self._placeholder.format(f"id{k}") for k in range(len(ids)))
+        cursor.execute(f"SELECT job_id FROM jobs WHERE job_id IN ({marks})", {f"id{k}": v for k, v in enumerate(ids)})
+        return {row[0] for row in cursor.fetchall()}
+
+    @staticmethod
+    def one(cursor: Any, statement: tuple[str, dict[str, Any]], params: dict[str, Any] | None = None) -> Any:
+        cursor.execute(statement[0], {**statement[1], **(params or {})})
+        return cursor
+
+    @staticmethod
+    def many(cursor: Any, statement: tuple[str, dict[str, Any]], rows: list[dict[str, Any]]) -> int:
+        """Run ``statement`` once per row; the number of rows it changed in all."""
+        cursor.executemany(statement[0], [{**statement[1], **row} for row in rows])
+        return int(cursor.rowcount)
 
 
 class _Conflict(Exception):
@@ -167,7 +209,8 @@ def make_engine(url: str) -> Engine:
     busy timeout, and ``BEGIN IMMEDIATE`` transactions so that writers queue instead of deadlocking."""
     if not url.startswith("sqlite"):
         return sa.create_engine(url, pool_pre_ping=True, pool_size=8, max_overflow=8)
-    engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+    # named parameters, as PostgreSQL's driver takes them: the group commit's driver SQL passes dicts to both
+    engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, paramstyle="named")
 
     @sa.event.listens_for(engine, "connect")
     def _pragmas(dbapi_connection: Any, _: Any) -> None:
@@ -191,6 +234,7 @@ class SqlStore:
 
     def __init__(self, engine: Engine, default_cluster: Callable[[], Cluster]) -> None:
         self.engine = engine
+        self._sql = _DriverSql(engine)
         metadata.create_all(engine)
         self._lock = threading.RLock()
         with self._write() as conn:
@@ -318,25 +362,32 @@ class SqlStore:
         whether an :class:`EndOp` ended its job, or the exception that op alone came to (``JobExists``,
         a policy error). The generation is locked for the whole transaction, so every decision is made
         on the state as committed, with the earlier ops of the batch applied: no conflict, no retry.
-        A database error fails the whole batch (nothing of it is stored) and is raised."""
+        A database error fails the whole batch (nothing of it is stored) and is raised.
+
+        The ops are decided in memory first (the locked snapshot holds exactly the running jobs), then
+        written with one statement per kind of row (executemany)."""
         results: list[OpResult] = []
+        sql = self._sql
         with self._lock:
             with self._write() as conn:
-                base = self._locked_state(conn)
-                generation = base.generation
+                cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+                generation = int(sql.one(cursor, sql.generation_locked).fetchone()[0])
+                base = self._cache if self._cache.generation == generation else self._load_in(conn, generation)
                 wanted = [op.job.job_id for op in ops if isinstance(op, PlaceOp)]
-                known = set(conn.execute(_EXISTING, {"ids": wanted}).scalars()) if wanted else set()
-                now = time.time()
+                known = sql.existing(cursor, wanted) if wanted else set()
+                writes = _Writes(time.time())
                 for op in ops:
                     if isinstance(op, PlaceOp):
-                        base, result = self._place_in(conn, base, op, known, now)
+                        base, result = self._place_in(base, op, known, writes)
                         if isinstance(result, Placed) and result.committed:
                             known.add(op.job.job_id)
                     else:
-                        base, result = self._end_in(conn, base, op, now)
+                        base, result = self._end_in(base, op, writes)
                     results.append(result)
+                writes.run(sql, cursor)
                 if base.generation != generation:
-                    conn.execute(_SET_GENERATION, {"next": base.generation, "now": now})
+                    sql.one(cursor, sql.set_generation, {"next": base.generation, "now": writes.now})
+                cursor.close()
             self._cache = base
         return results
 
@@ -347,8 +398,8 @@ class SqlStore:
         return self._cache if self._cache.generation == generation else self._load_in(conn, generation)
 
     @staticmethod
-    def _place_in(conn: Connection, base: ClusterSnapshot, op: PlaceOp, known: set[str],
-                  now: float) -> tuple[ClusterSnapshot, OpResult]:
+    def _place_in(base: ClusterSnapshot, op: PlaceOp, known: set[str],
+                  writes: _Writes) -> tuple[ClusterSnapshot, OpResult]:
         job = op.job
         if job.job_id in known or job.job_id in base.allocations:
             return base, JobExists(f"job {job.job_id!r} already exists (job ids are never reused)")
@@ -358,19 +409,22 @@ class SqlStore:
             return base, exc
         if decision.allocation is None:
             return base, Placed(decision, False, base.cluster)
-        base = apply(base, decision.allocation)
-        _insert_job(conn, base.cluster, decision, job, op.details, base.generation, now)
-        return base, Placed(decision, True, base.cluster)
+        try:
+            row = _job_row_of(base.cluster, decision, job, op.details, base.generation + 1, writes.now)
+        except (TypeError, ValueError) as exc:  # details that cannot be stored: this job's alone
+            return base, exc
+        writes.inserts.append(row)
+        return apply(base, decision.allocation), Placed(decision, True, base.cluster)
 
     @staticmethod
-    def _end_in(conn: Connection, base: ClusterSnapshot, op: EndOp, now: float) -> tuple[ClusterSnapshot, OpResult]:
-        if conn.execute(_END, {"ending": op.job_id, "new_state": op.state, "now": now}).rowcount != 1:
+    def _end_in(base: ClusterSnapshot, op: EndOp, writes: _Writes) -> tuple[ClusterSnapshot, OpResult]:
+        if op.job_id not in base.allocations:  # the locked snapshot holds every running job, and only those
             return base, False
+        writes.ends.append({"ending": op.job_id, "new_state": op.state, "now": writes.now})
         if op.completion is not None:
-            conn.execute(completions.insert().values(job_id=op.job_id, duration_s=op.completion[0],
-                                                     usage=json.dumps(op.completion[1]), completed_at=now))
-        after = release(base, op.job_id)
-        return (after if after is not base else replace(base, generation=base.generation + 1)), True
+            writes.completions.append({"job_id": op.job_id, "duration_s": op.completion[0],
+                                       "usage": json.dumps(op.completion[1]), "completed_at": writes.now})
+        return release(base, op.job_id), True
 
     def _load_in(self, conn: Connection, generation: int) -> ClusterSnapshot:
         state = conn.execute(sa.select(cluster_state.c.cluster).where(cluster_state.c.id == 1)).scalar_one()
@@ -427,11 +481,36 @@ class SqlStore:
 
 def _insert_job(conn: Connection, cluster: Cluster, decision: Decision, job: Job, details: Json | None,
                 generation: int, now: float) -> None:
+    conn.execute(_INSERT_JOB, _job_row_of(cluster, decision, job, details, generation, now))
+
+
+def _job_row_of(cluster: Cluster, decision: Decision, job: Job, details: Json | None, generation: int,
+                now: float) -> dict[str, Any]:
     assert decision.allocation is not None
-    conn.execute(_INSERT_JOB, {
-        "job_id": job.job_id, "state": RUNNING, "demand": json.dumps(job_to_json(job)),
-        "allocation": json.dumps(allocation_to_json(cluster, decision.allocation)), "policy": decision.policy,
-        "details": json.dumps(details or {}), "placed_generation": generation, "placed_at": now, "ended_at": None})
+    return {"job_id": job.job_id, "state": RUNNING, "demand": json.dumps(job_to_json(job)),
+            "allocation": json.dumps(allocation_to_json(cluster, decision.allocation)), "policy": decision.policy,
+            "details": json.dumps(details or {}), "placed_generation": generation, "placed_at": now, "ended_at": None}
+
+
+@dataclass
+class _Writes:
+    """The rows a group commit writes, gathered while its ops are decided, then written kind by kind."""
+
+    now: float
+    inserts: list[dict[str, Any]] = field(default_factory=list)
+    ends: list[dict[str, Any]] = field(default_factory=list)
+    completions: list[dict[str, Any]] = field(default_factory=list)
+
+    def run(self, sql: _DriverSql, cursor: Any) -> None:
+        if self.inserts:  # before the ends: a job may be placed and ended in one batch
+            sql.many(cursor, sql.insert_job, self.inserts)
+        if self.ends:
+            ended = sql.many(cursor, sql.end, self.ends)
+            if ended != len(self.ends):  # the snapshot and the jobs table disagree: store nothing
+                raise RuntimeError(f"state store out of step: {len(self.ends)} running job(s) to end, "
+                                   f"{ended} found running in the database")
+        if self.completions:
+            sql.many(cursor, sql.complete, self.completions)
 
 
 _WITH_COMPLETION = sa.select(jobs, completions.c.duration_s, completions.c.usage, completions.c.completed_at) \
