@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Response
+from fastapi import APIRouter, FastAPI, HTTPException, Response
 from fastapi.responses import JSONResponse
 from fastapi.telemetry import TelemetryConfig
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -28,7 +28,7 @@ from service.codec import cluster_from_json
 from service.estimator import EstimatorHolder
 from service.k8s import router as k8s_router
 from service.routes_jobs import router as jobs_router
-from service.runtime import Runtime, RuntimeDep, require_key, require_read_key
+from service.runtime import ReadRuntime, Runtime, RuntimeDep, WriteRuntime
 from service.schemas import ClusterIn
 from service.settings import Settings
 from service.state_db import LiveAllocations, open_store
@@ -74,7 +74,7 @@ def create_app(settings: Settings | None = None, rt: Runtime | None = None) -> F
         current = rt or build_runtime(settings)
         current.estimator.reload()
         current.estimator.start(settings.model_poll_s)
-        if not settings.keys():
+        if not settings.accepted_keys():
             log.warning("no API keys configured: mutating endpoints are open (set GPUPLACE_API_KEYS)")
         app.state.runtime = current
         yield
@@ -186,7 +186,7 @@ def readyz(response: Response, rt: RuntimeDep) -> dict[str, Any]:
         return {"status": "unavailable", "database": f"error: {exc}"}
     status = "degraded" if rt.estimator.degraded else "ready"
     return {"status": status, "database": "ok", "generation": generation, "model_version": rt.estimator.version,
-            "model_error": rt.estimator.last_error, "auth": "on" if rt.settings.keys() else "off"}
+            "model_error": rt.estimator.last_error, "auth": "on" if rt.settings.accepted_keys() else "off"}
 
 
 @_router.get("/metrics", tags=["health"])
@@ -204,8 +204,8 @@ def metrics(rt: RuntimeDep) -> Response:
     return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-@_router.get("/v1/cluster", tags=["cluster"], dependencies=[Depends(require_read_key)])
-def get_cluster(rt: RuntimeDep) -> dict[str, Any]:
+@_router.get("/v1/cluster", tags=["cluster"])
+def get_cluster(rt: ReadRuntime) -> dict[str, Any]:
     """Summary and per-machine allocation."""
     s = rt.store.snapshot()
     layout, cluster = s.layout, s.cluster
@@ -220,8 +220,8 @@ def get_cluster(rt: RuntimeDep) -> dict[str, Any]:
             "gpu_types": list(layout.gpu_types), "per_machine": machines}
 
 
-@_router.put("/v1/cluster", tags=["cluster"], dependencies=[Depends(require_key)])
-def put_cluster(body: ClusterIn, rt: RuntimeDep) -> dict[str, Any]:
+@_router.put("/v1/cluster", tags=["cluster"])
+def put_cluster(body: ClusterIn, rt: WriteRuntime) -> dict[str, Any]:
     """Load a cluster spec (a shipped name, or machines with optional racks and domains). Refused (409)
     while running jobs would not fit it, unless ``force``, which evicts those jobs."""
     try:
@@ -240,15 +240,15 @@ def put_cluster(body: ClusterIn, rt: RuntimeDep) -> dict[str, Any]:
             "generation": rt.store.snapshot().generation}
 
 
-@_router.get("/v1/models", tags=["models"], dependencies=[Depends(require_read_key)])
-def get_models(rt: RuntimeDep) -> dict[str, Any]:
+@_router.get("/v1/models", tags=["models"])
+def get_models(rt: ReadRuntime) -> dict[str, Any]:
     return {"answering": rt.estimator.version, "alias": rt.estimator.alias, "degraded": rt.estimator.degraded,
             "last_error": rt.estimator.last_error,
             "loaded_at": rt.estimator.current.loaded_at if rt.estimator.current else None}
 
 
-@_router.post("/v1/models/reload", tags=["models"], dependencies=[Depends(require_key)])
-def reload_models(rt: RuntimeDep) -> dict[str, Any]:
+@_router.post("/v1/models/reload", tags=["models"])
+def reload_models(rt: WriteRuntime) -> dict[str, Any]:
     """Load the version behind the alias now (atomically; on failure the last good model stays)."""
     rt.estimator.reload()
     return get_models(rt)

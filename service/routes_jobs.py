@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException
+from fastapi import APIRouter, HTTPException
 from fastapi.concurrency import run_in_threadpool
 
 from placement.batch import batch_policy
@@ -14,7 +14,7 @@ from placement.decision import Decision
 from placement.demand import Job
 from placement.policies import OnlinePolicy
 from service.codec import allocation_to_json
-from service.runtime import Runtime, RuntimeDep, require_key, require_read_key
+from service.runtime import ReadRuntime, Runtime, WriteRuntime
 from service.schemas import BatchIn, CompleteIn, JobId, JobIn, PlaceIn
 from service.state_db import COMPLETED, RELEASED, EndOp, JobExists, Placed, PlaceOp
 
@@ -54,14 +54,14 @@ def _job_estimate(job: JobIn, per_task: list[dict[str, Any]]) -> dict[str, Any]:
             "tasks": [{k: v for k, v in t.items() if k != "model_version"} for t in per_task]}
 
 
-@router.post("/predict", dependencies=[Depends(require_read_key)])
-async def predict(job: JobIn, rt: RuntimeDep) -> dict[str, Any]:
+@router.post("/predict")
+async def predict(job: JobIn, rt: ReadRuntime) -> dict[str, Any]:
     """What the job will need: per task and resource a point estimate, P50 and P90, and its duration."""
     return await estimate_async(rt, job)
 
 
-@router.post("/place", dependencies=[Depends(require_key)])
-async def place(body: PlaceIn, rt: RuntimeDep) -> dict[str, Any]:
+@router.post("/place")
+async def place(body: PlaceIn, rt: WriteRuntime) -> dict[str, Any]:
     """Estimate, then place the job (gang: every instance or none); ``dry_run`` stores nothing.
 
     The answer is sent after the allocation's transaction has committed (``service.writer``: the
@@ -102,8 +102,8 @@ def _decision_json(cluster: Cluster, decision: Decision, committed: bool, est: d
             "score": dict(decision.score), "reasons": list(decision.reasons), "estimate": est}
 
 
-@router.post("/place/batch", dependencies=[Depends(require_key)])
-def place_batch(body: BatchIn, rt: RuntimeDep) -> dict[str, Any]:
+@router.post("/place/batch")
+def place_batch(body: BatchIn, rt: WriteRuntime) -> dict[str, Any]:
     """Estimate every job, then place them together with a batch policy (``gga``, ``cpsat``, ``ffd``)
     within ``time_limit_s``; the solver runs in a worker thread, off the event loop. Decisions still
     feasible when committed are stored in one transaction (the state may have moved while solving)."""
@@ -134,8 +134,8 @@ def place_batch(body: BatchIn, rt: RuntimeDep) -> dict[str, Any]:
                           for d, ok, e in zip(result.decisions, stored, estimates, strict=True)]}
 
 
-@router.get("/jobs/{job_id}", dependencies=[Depends(require_read_key)])
-def get_job(job_id: JobId, rt: RuntimeDep) -> dict[str, Any]:
+@router.get("/jobs/{job_id}")
+def get_job(job_id: JobId, rt: ReadRuntime) -> dict[str, Any]:
     row = rt.store.job(job_id)
     if row is None:
         raise HTTPException(404, f"no job {job_id!r}")
@@ -144,8 +144,8 @@ def get_job(job_id: JobId, rt: RuntimeDep) -> dict[str, Any]:
             "placed_at": row.placed_at, "ended_at": row.ended_at, "completion": row.completion}
 
 
-@router.post("/jobs/{job_id}/release", dependencies=[Depends(require_key)])
-async def release_job(job_id: JobId, rt: RuntimeDep) -> dict[str, Any]:
+@router.post("/jobs/{job_id}/release")
+async def release_job(job_id: JobId, rt: WriteRuntime) -> dict[str, Any]:
     """Free the job's resources. Idempotent: releasing a job that holds nothing changes nothing."""
     if await rt.writer.run(EndOp(job_id, RELEASED)) is True:
         return {"job_id": job_id, "released": True, "state": RELEASED}
@@ -155,8 +155,8 @@ async def release_job(job_id: JobId, rt: RuntimeDep) -> dict[str, Any]:
     return {"job_id": job_id, "released": False, "state": row.state}
 
 
-@router.post("/jobs/{job_id}/complete", dependencies=[Depends(require_key)])
-async def complete_job(job_id: JobId, body: CompleteIn, rt: RuntimeDep) -> dict[str, Any]:
+@router.post("/jobs/{job_id}/complete")
+async def complete_job(job_id: JobId, body: CompleteIn, rt: WriteRuntime) -> dict[str, Any]:
     """The job finished: free its resources and keep its observed duration and usage for retraining."""
     usage = {str(k): v for k, v in body.usage.items()}
     if await rt.writer.run(EndOp(job_id, COMPLETED, (body.duration_s, usage))) is True:

@@ -41,10 +41,13 @@ class Runtime:
     metrics: Metrics = field(default_factory=Metrics)
     _policies: dict[str, OnlinePolicy] = field(default_factory=dict)
     writer: Writer = field(init=False)
+    keys: tuple[bytes, ...] = field(init=False)
+    """The accepted API keys (none: no auth)."""
     """Places, releases and completions, group-committed by one thread (``service.writer``)."""
 
     def __post_init__(self) -> None:
         self.writer = Writer(self.store)
+        self.keys = tuple(key.encode() for key in self.settings.accepted_keys())
 
     def policy(self, name: str | None) -> tuple[str, OnlinePolicy]:
         """The online policy ``name`` (default the service's); ``KeyError`` naming the known ones."""
@@ -68,8 +71,8 @@ def _runtime(request: Request) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(runtime)]
 
 
-def _check_key(request: Request) -> None:
-    keys = _runtime(request).settings.keys()
+def _check_key(rt: Runtime, request: Request) -> None:
+    keys = rt.keys
     if not keys:
         return
     given = request.headers.get("x-api-key") or ""
@@ -80,17 +83,26 @@ def _check_key(request: Request) -> None:
         raise HTTPException(401, "missing API key: send it in the X-API-Key header (or Authorization: Bearer)",
                             headers={"WWW-Authenticate": "Bearer"})
     # constant-time: compare against every key, whatever matches first
-    matched = [hmac.compare_digest(given.encode(), key.encode()) for key in keys]
+    matched = [hmac.compare_digest(given.encode(), key) for key in keys]
     if not any(matched):
         raise HTTPException(403, "API key not accepted")
 
 
-async def require_key(request: Request) -> None:
-    """Dependency of mutating endpoints."""
-    _check_key(request)
+async def runtime_for_writes(request: Request) -> Runtime:
+    """The runtime, for a mutating endpoint: once the request's API key has been accepted. One
+    dependency for both, as FastAPI's per-dependency cost shows in the latency of the hot endpoints."""
+    rt = _runtime(request)
+    _check_key(rt, request)
+    return rt
 
 
-async def require_read_key(request: Request) -> None:
-    """Dependency of read endpoints: a key only if ``protect_reads`` is set."""
-    if _runtime(request).settings.protect_reads:
-        _check_key(request)
+async def runtime_for_reads(request: Request) -> Runtime:
+    """The runtime, for a read endpoint: a key is asked for only if ``protect_reads`` is set."""
+    rt = _runtime(request)
+    if rt.settings.protect_reads:
+        _check_key(rt, request)
+    return rt
+
+
+WriteRuntime = Annotated[Runtime, Depends(runtime_for_writes)]
+ReadRuntime = Annotated[Runtime, Depends(runtime_for_reads)]

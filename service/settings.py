@@ -39,5 +39,5 @@ class Settings(BaseSettings):
     def resolved_mlflow_uri(self) -> str:
         return self.mlflow_uri or mlflow_uri()
 
-    def keys(self) -> list[str]:
+    def accepted_keys(self) -> list[str]:
         return [k.strip() for k in self.api_keys.split(",") if k.strip()]
