@@ -11,7 +11,7 @@ snapshots (``generation`` + 1); nothing here mutates a snapshot in place.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -216,6 +216,15 @@ def _carry_derived(parent: ClusterSnapshot, child: ClusterSnapshot, machines: se
             share[m] = child.cpu_used[m] / max(int(layout.cpu_cap[m]), 1)
     # cached_property keeps its value in the instance dict, which a frozen dataclass leaves writable
     child.__dict__.update(zip(_DERIVED, (_frozen(milli), _frozen(free), _frozen(share)), strict=True))
+
+
+def at_generation(snapshot: ClusterSnapshot, generation: int) -> ClusterSnapshot:
+    """``snapshot`` relabelled with ``generation`` (the same usage), keeping what it has derived."""
+    if snapshot.generation == generation:
+        return snapshot
+    moved = replace(snapshot, generation=generation)
+    moved.__dict__.update({name: snapshot.__dict__[name] for name in _DERIVED if name in snapshot.__dict__})
+    return moved
 
 
 def allocated_share(layout: Layout, machine_milli: IntArray, cpu_used: IntArray) -> npt.NDArray[np.float64]:

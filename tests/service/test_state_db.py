@@ -6,6 +6,7 @@ import threading
 from collections import defaultdict
 
 import pytest
+import sqlalchemy as sa
 
 from placement.cluster import Cluster, Machine, build_cluster
 from placement.demand import Job, Role, Task
@@ -116,3 +117,51 @@ def test_two_processes_sharing_one_database_never_double_allocate(database_url: 
     _check(final)
     assert sorted(final.allocations) == sorted(committed)
     assert len(committed) == 16  # 16 GPUs in all: every one taken, none twice
+
+
+def _same_usage(one: ClusterSnapshot, other: ClusterSnapshot) -> None:
+    assert one.generation == other.generation and set(one.allocations) == set(other.allocations)
+    for name in ("gpu_milli_used", "gpu_mem_used", "cpu_used", "mem_used"):
+        assert (getattr(one, name) == getattr(other, name)).all(), name
+
+
+def test_a_process_catches_up_with_another_s_writes_without_reloading_everything(
+        database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second = store_at(database_url), store_at(database_url)  # as two service processes would
+    for name in ("a1", "a2", "a3"):
+        place_and_commit(first, PLACE, job(name, gpu=0.5))
+
+    def no_full_reload(*_: object) -> None:
+        raise AssertionError("reloaded every running job instead of catching up")
+
+    monkeypatch.setattr(second, "_load_in", no_full_reload)
+    _same_usage(second.snapshot(), store_at(database_url).snapshot())
+    assert second.release("a1")  # decided on the caught-up state, written by the second process
+    assert first.complete("a2", 60.0, {}) and not first.release("a1")  # the first sees the second's release
+    place_and_commit(first, PLACE, job("a4", gpu=2.0))
+    caught_up = second.snapshot()
+    _same_usage(caught_up, store_at(database_url).snapshot())
+    assert set(caught_up.allocations) == {"a3", "a4"}
+    _check(caught_up)
+    monkeypatch.undo()
+    first.replace_cluster(build_cluster("synthetic", MACHINES[:2], rack_size=2), force=True)  # a4 may be evicted
+    assert len(second.snapshot().cluster) == 2  # a new spec: reloaded in full
+    _same_usage(second.snapshot(), store_at(database_url).snapshot())
+
+
+def test_a_database_of_the_earlier_schema_gets_the_new_columns_and_keeps_its_jobs(database_url: str) -> None:
+    store = store_at(database_url)
+    place_and_commit(store, PLACE, job("old", gpu=2.0))
+    with store.engine.begin() as conn:  # back to the tables as an earlier version created them
+        conn.exec_driver_sql("DROP INDEX ix_jobs_ended_generation")
+        conn.exec_driver_sql("DROP INDEX ix_jobs_placed_generation")
+        conn.exec_driver_sql("ALTER TABLE jobs DROP COLUMN ended_generation")
+        conn.exec_driver_sql("ALTER TABLE cluster_state DROP COLUMN cluster_generation")
+    store.engine.dispose()
+    upgraded = store_at(database_url)
+    assert set(upgraded.snapshot().allocations) == {"old"}
+    assert upgraded.release("old") and store_at(database_url).snapshot().allocations == {}
+    columns = {c["name"] for c in sa.inspect(upgraded.engine).get_columns("jobs")}
+    assert "ended_generation" in columns
+    assert {i["name"] for i in sa.inspect(upgraded.engine).get_indexes("jobs")} >= {
+        "ix_jobs_ended_generation", "ix_jobs_placed_generation"}
