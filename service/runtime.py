@@ -43,10 +43,11 @@ class Runtime:
     writer: Writer = field(init=False)
     keys: tuple[bytes, ...] = field(init=False)
     """The accepted API keys (none: no auth)."""
-    """Places, releases and completions, group-committed by one thread (``service.writer``)."""
+    """Places, releases and completions, group-committed (``service.writer``)."""
 
     def __post_init__(self) -> None:
-        self.writer = Writer(self.store)
+        self.writer = Writer(self.store, on_loop=None if self.settings.writer == "auto" else
+                             self.settings.writer == "loop")
         self.keys = tuple(key.encode() for key in self.settings.accepted_keys())
 
     def policy(self, name: str | None) -> tuple[str, OnlinePolicy]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -20,6 +22,9 @@ class Settings(BaseSettings):
     cluster: str = Field("pai", description="cluster loaded into an empty database: a shipped name or a file")
     topology: str = Field("", description="topology YAML for that cluster (default: the derived rule)")
     policy: str = Field("liquid", description="default online placement policy")
+    writer: Literal["auto", "loop", "thread"] = Field(
+        "auto", description="where placements and releases are group-committed: on the event loop or in a "
+                            "writer thread; auto: on the loop for SQLite, in a thread for a database server")
     api_keys: str = Field("", description="comma-separated API keys for mutating endpoints; empty = no auth")
     protect_reads: bool = Field(False, description="require an API key for read endpoints too")
     max_body_bytes: int = Field(1_000_000, ge=1024)

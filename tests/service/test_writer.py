@@ -6,12 +6,19 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from placement.decision import Decision
 from placement.demand import Job
 from placement.snapshot import ClusterSnapshot
 from service.state_db import RUNNING, EndOp, JobExists, OpResult, Placed, PlaceOp
 from service.writer import Writer
 from tests.service.test_state_db import PLACE, _check, job, store_at
+
+
+@pytest.fixture(params=["on the loop", "in a thread"])
+def on_loop(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param == "on the loop")
 
 
 async def _all(writer: Writer, ops: list[PlaceOp | EndOp]) -> list[OpResult]:
@@ -26,10 +33,12 @@ def _independently_checked(url: str) -> ClusterSnapshot:
     return fresh
 
 
-def test_placements_of_one_batch_see_each_other_and_are_stored_together(database_url: str) -> None:
+def test_placements_of_one_batch_see_each_other_and_are_stored_together(database_url: str, on_loop: bool) -> None:
     store = store_at(database_url)
-    writer = Writer(store)
-    store._lock.acquire()  # the writer's first batch waits for it while the other requests queue behind
+    writer = Writer(store, on_loop=on_loop)
+    # in a thread, the writer's first batch waits for the lock while the other requests queue behind it;
+    # on the loop, all five are asked in one pass of the loop anyway
+    store._lock.acquire()
 
     async def scenario() -> list[OpResult]:
         tasks = [asyncio.ensure_future(writer.run(PlaceOp(job(f"g{k}", gpu=4.0), PLACE))) for k in range(5)]
@@ -52,9 +61,9 @@ def test_placements_of_one_batch_see_each_other_and_are_stored_together(database
     assert machines == ["a", "b", "c", "c"]
 
 
-def test_a_release_earlier_in_the_batch_frees_room_for_a_later_placement(database_url: str) -> None:
+def test_a_release_earlier_in_the_batch_frees_room_for_a_later_placement(database_url: str, on_loop: bool) -> None:
     store = store_at(database_url)
-    writer = Writer(store)
+    writer = Writer(store, on_loop=on_loop)
     first = asyncio.run(_all(writer, [PlaceOp(job("big", gpu=8.0), PLACE)]))
     assert isinstance(first[0], Placed) and first[0].committed
     big_again = PlaceOp(job("big2", gpu=8.0), PLACE)
@@ -68,14 +77,14 @@ def test_a_release_earlier_in_the_batch_frees_room_for_a_later_placement(databas
     assert set(_independently_checked(database_url).allocations) == {"big2"}
 
 
-def test_an_op_that_fails_fails_alone(database_url: str) -> None:
+def test_an_op_that_fails_fails_alone(database_url: str, on_loop: bool) -> None:
     store = store_at(database_url)
-    writer = Writer(store)
+    writer = Writer(store, on_loop=on_loop)
 
     def broken(snapshot: ClusterSnapshot, j: Job) -> Decision:
         raise ValueError(f"no decision for {j.job_id}")
 
-    unstorable: dict[str, Any] = {"records": [object()]}  # cannot be written as JSON: the whole transaction fails
+    unstorable: dict[str, Any] = {"records": [object()]}  # cannot be written as JSON
     ops: list[PlaceOp | EndOp] = [PlaceOp(job("ok1"), PLACE), PlaceOp(job("ok1"), PLACE), PlaceOp(job("bug"), broken),
                                   PlaceOp(job("bad-details"), PLACE, unstorable), EndOp("never-placed"),
                                   PlaceOp(job("ok2"), PLACE)]
@@ -88,7 +97,7 @@ def test_an_op_that_fails_fails_alone(database_url: str) -> None:
     assert isinstance(results[0], Placed) and results[0].committed
     assert isinstance(results[1], JobExists)  # the same id again, in the same batch
     assert isinstance(results[2], ValueError) and "bug" in str(results[2])
-    assert isinstance(results[3], TypeError)  # raised by the database write, after the batch was retried alone
+    assert isinstance(results[3], TypeError)
     assert results[4] is False
     assert isinstance(results[5], Placed) and results[5].committed
     fresh = _independently_checked(database_url)
@@ -99,11 +108,11 @@ def test_an_op_that_fails_fails_alone(database_url: str) -> None:
         assert row is not None and row.state == RUNNING
 
 
-def test_what_the_writer_stores_is_what_the_database_holds(database_url: str) -> None:
+def test_what_the_writer_stores_is_what_the_database_holds(database_url: str, on_loop: bool) -> None:
     """Many placements and releases interleaved: the writer's snapshot equals the database's, and no
     machine is over its capacity."""
     store = store_at(database_url)
-    writer = Writer(store)
+    writer = Writer(store, on_loop=on_loop)
 
     async def scenario() -> None:
         for wave in range(6):
@@ -115,6 +124,7 @@ def test_what_the_writer_stores_is_what_the_database_holds(database_url: str) ->
 
     asyncio.run(scenario())
     writer.stop()
+    assert (writer._thread is None) is on_loop  # on the loop: no writer thread at all
     fresh = _independently_checked(database_url)
     mine = store.cached()
     assert fresh.generation == mine.generation and set(fresh.allocations) == set(mine.allocations)
