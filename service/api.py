@@ -186,7 +186,7 @@ def readyz(response: Response, rt: RuntimeDep) -> dict[str, Any]:
         return {"status": "unavailable", "database": f"error: {exc}"}
     status = "degraded" if rt.estimator.degraded else "ready"
     return {"status": status, "database": "ok", "generation": generation, "model_version": rt.estimator.version,
-            "model_error": rt.estimator.last_error, "auth": "on" if rt.settings.accepted_keys() else "off"}
+            "model_error": rt.estimator.last_error, "auth": "on" if rt.keys else "off"}
 
 
 @_router.get("/metrics", tags=["health"])

@@ -365,7 +365,7 @@ class SqlStore:
                     base = self._commit_in(conn, decision, job, details)
             except _Conflict:
                 return CommitStatus.CONFLICT
-            self._cache = replace(apply(base, decision.allocation), generation=decision.generation + 1)
+            self._cache = apply(base, decision.allocation)  # base is at decision.generation: apply moves it one on
             return CommitStatus.COMMITTED
 
     def _commit_in(self, conn: Connection, decision: Decision, job: Job, details: Json | None) -> ClusterSnapshot:
