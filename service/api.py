@@ -49,7 +49,7 @@ def build_runtime(settings: Settings) -> Runtime:
     except Exception as exc:  # no registry: serve with the heuristic, /readyz says why
         log.warning("model registry unavailable", extra={"error": str(exc)})
         registry = None
-    holder = EstimatorHolder(registry, settings.model_alias)
+    holder = EstimatorHolder(registry, settings.model_alias, settings.prediction_cache_rows)
     return Runtime(settings, store, holder)
 
 

@@ -45,8 +45,8 @@ class EstimatorHolder:
     contend with the loop for the GIL, and each handover can wait the interpreter's switch interval.
     """
 
-    def __init__(self, registry: Registry | None, alias: str) -> None:
-        self.registry, self.alias = registry, alias
+    def __init__(self, registry: Registry | None, alias: str, cache_rows: int | None = None) -> None:
+        self.registry, self.alias, self.cache_rows = registry, alias, cache_rows
         self.current: Loaded | None = None
         self.last_error: str | None = None
         self._stop = threading.Event()
@@ -65,6 +65,8 @@ class EstimatorHolder:
                     self.last_error = f"no model carries the alias {self.alias!r} yet"
                 elif self.current is None or self.current.version != version:
                     loaded_version, bundle = self.registry.load(version)
+                    if self.cache_rows is not None and hasattr(bundle, "set_cache_rows"):
+                        bundle.set_cache_rows(self.cache_rows)
                     self.current = Loaded(loaded_version, bundle, time.time())
                     log.info("model loaded", extra={"model_version": loaded_version})
                     self.last_error = None
@@ -91,6 +93,13 @@ class EstimatorHolder:
     @property
     def version(self) -> str:
         return self.current.version if self.current else HEURISTIC
+
+    def cache_stats(self) -> tuple[str, dict[str, int]] | None:
+        """The answering version's answer-cache counts (rows from the cache, rows from the model), if it
+        keeps any."""
+        current = self.current
+        stats = getattr(current.bundle, "cache_stats", None) if current else None
+        return (current.version, stats()) if current and stats else None
 
     @property
     def degraded(self) -> bool:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import hmac
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from placement.online import PlacementConfig
 from placement.policies import OnlinePolicy, online_policy
@@ -33,6 +36,23 @@ class Metrics:
         self.generation = Gauge("gpuplace_state_generation", "state generation", registry=r)
 
 
+class PredictionCache(Collector):
+    """Rows the model version answering has answered from its answer cache (``hit``) and by the model
+    (``miss``), over every target; read at scrape time, counting from when the version was loaded."""
+
+    def __init__(self, estimator: EstimatorHolder) -> None:
+        self.estimator = estimator
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily("gpuplace_prediction_cache_rows", "estimator rows by where the answer came from",
+                                     labels=["version", "result"])
+        if (found := self.estimator.cache_stats()) is not None:
+            version, stats = found
+            family.add_metric([version, "hit"], stats["hits"])
+            family.add_metric([version, "miss"], stats["misses"])
+        yield family
+
+
 @dataclass
 class Runtime:
     settings: Settings
@@ -49,6 +69,7 @@ class Runtime:
         self.writer = Writer(self.store, on_loop=None if self.settings.writer == "auto" else
                              self.settings.writer == "loop")
         self.keys = tuple(key.encode() for key in self.settings.accepted_keys())
+        self.metrics.registry.register(PredictionCache(self.estimator))
 
     def policy(self, name: str | None) -> tuple[str, OnlinePolicy]:
         """The online policy ``name`` (default the service's); ``KeyError`` naming the known ones."""

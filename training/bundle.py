@@ -7,6 +7,8 @@ One bundle is one registered model version, so promoting it moves every target a
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,7 +49,9 @@ class EstimatorBundle(PythonModel):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.pop("_encoders", None)  # a cache of the fast path, rebuilt on first use
+        state.pop("_encoders", None)  # caches of the fast path, rebuilt on first use
+        state.pop("_answers", None)
+        state.pop("_cache_rows", None)
         return state
 
     def set_version(self, version: str) -> None:
@@ -68,21 +72,40 @@ class EstimatorBundle(PythonModel):
         out["model_version"] = self.version
         return out
 
-    def predict_records(self, records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """The fast path for a few jobs given as dicts of job fields; same answers as :meth:`predict`."""
+    def predict_records(self, records: Sequence[Mapping[str, Any]], cache: bool = True) -> list[dict[str, Any]]:
+        """The fast path for a few jobs given as dicts of job fields; same answers as :meth:`predict`.
+
+        Answers are cached per target by the job's feature row (a bounded LRU): a scheduler sees the
+        same job descriptions again and again (reruns of a group, a user's sweeps), and a row's answer
+        depends on nothing but the row and this bundle, so only rows not seen lately reach the model.
+        ``cache=False`` asks the model for every row (and leaves the cache as it was).
+        """
         unknown = {k for r in records for k in r} - set(JOB_COLUMNS)
         if unknown:
             raise ValueError(f"unknown job field(s): {', '.join(sorted(unknown))}; known: {', '.join(JOB_COLUMNS)}")
         answers: list[dict[str, Any]] = [{"model_version": self.version} for _ in records]
         for name, target in self.targets.items():
-            encoder = self._encoder(name, target)
-            predicted = target.estimator.predict_matrix(encoder.encode(records))
-            for i, answer in enumerate(answers):
-                answer[name] = {"point": float(predicted.point[i]), "p50": float(predicted.p50[i]),
-                                "p90": float(predicted.p90[i])}
-                if predicted.mean is not None:
-                    answer[name]["mean"] = float(predicted.mean[i])
+            matrix = self._encoder(name, target).encode(records)
+            rows = (self._answer_cache(name).answer(matrix, target.estimator) if cache
+                    else _model_answers(matrix, target.estimator))
+            for answer, values in zip(answers, rows, strict=True):
+                answer[name] = dict(zip(("point", "p50", "p90", "mean"), values, strict=False))
         return answers
+
+    def cache_stats(self) -> dict[str, int]:
+        """Rows answered from the cache and by the model, over every target, since this bundle loaded."""
+        caches: dict[str, AnswerCache] = self.__dict__.get("_answers", {})
+        return {"hits": sum(c.hits for c in caches.values()), "misses": sum(c.misses for c in caches.values())}
+
+    def set_cache_rows(self, rows: int) -> None:
+        """How many answers the cache keeps per target (0: none, every row asks the model); empties it."""
+        self.__dict__["_cache_rows"] = rows
+        self.__dict__.pop("_answers", None)
+
+    def _answer_cache(self, name: str) -> AnswerCache:
+        caches: dict[str, AnswerCache] = self.__dict__.setdefault("_answers", {})
+        rows = self.__dict__.get("_cache_rows", AnswerCache.DEFAULT_ROWS)
+        return caches.get(name) or caches.setdefault(name, AnswerCache(rows))  # setdefault: one cache, first asker's
 
     def _encoder(self, name: str, target: TargetModel) -> JobEncoder:
         cache: dict[str, JobEncoder] = self.__dict__.setdefault("_encoders", {})
@@ -98,6 +121,50 @@ class EstimatorBundle(PythonModel):
         for column in missing:  # e.g. a hyperparameter seen in training that these jobs do not state
             features[column] = np.nan
         return target.estimator.predict(features)
+
+
+class AnswerCache:
+    """One target's answers (point, P50, P90 and the mean where there is one) by feature row, least
+    recently used first out. Safe to share between threads."""
+
+    DEFAULT_ROWS = 50_000
+
+    def __init__(self, rows: int = DEFAULT_ROWS) -> None:
+        self.rows = rows
+        self.hits = self.misses = 0
+        self._answers: OrderedDict[bytes, tuple[float, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def answer(self, matrix: np.ndarray, estimator: CalibratedEstimator) -> list[tuple[float, ...]]:
+        """Each row's answer: from the cache where the row was answered lately, else from one model call
+        for all such rows (a row asked twice in one call is answered once)."""
+        keys = [row.tobytes() for row in matrix]
+        answers: dict[bytes, tuple[float, ...] | None] = dict.fromkeys(keys)
+        with self._lock:
+            for key in answers:
+                if (hit := self._answers.get(key)) is not None:
+                    self._answers.move_to_end(key)
+                    answers[key] = hit
+        missing = [key for key, found in answers.items() if found is None]
+        fresh: dict[bytes, tuple[float, ...]] = {}
+        if missing:
+            row_of = {key: i for i, key in enumerate(keys)}
+            fresh = dict(zip(missing, _model_answers(matrix[[row_of[key] for key in missing]], estimator), strict=True))
+            answers.update(fresh)
+        with self._lock:
+            self._answers.update(fresh)
+            while len(self._answers) > self.rows:
+                self._answers.popitem(last=False)
+            self.hits += len(keys) - len(missing)
+            self.misses += len(missing)
+        return [answers[key] for key in keys]  # type: ignore[misc]  # every key is answered by now
+
+
+def _model_answers(matrix: np.ndarray, estimator: CalibratedEstimator) -> list[tuple[float, ...]]:
+    """Per row: point, P50, P90, and the mean where the estimator gives one."""
+    predicted = estimator.predict_matrix(matrix)
+    columns = [predicted.point, predicted.p50, predicted.p90] + ([] if predicted.mean is None else [predicted.mean])
+    return [tuple(float(v) for v in row) for row in zip(*columns, strict=True)]
 
 
 def job_table(jobs: pd.DataFrame) -> pd.DataFrame:

@@ -44,6 +44,11 @@ def test_complete_retrain_promote_hot_reload(tmp_path: Path) -> None:
             done = httpx.post(f"{server.url}/v1/jobs/loop-{i}/complete", headers=KEY,
                               json={"duration_s": 600.0 * (1 + i % 5), "usage": {"gpu": 0.3, "cpu_cores": 2.0}})
             assert done.status_code == 200, done.text
+        hits, misses = cache_rows(server.url, weak.version)
+        rows_per_job = (hits + misses) // 60  # one per target
+        distinct = len({json.dumps({**job(i), "job_id": ""}) for i in range(60)})
+        assert rows_per_job >= 1 and hits + misses == 60 * rows_per_job
+        assert 0 < misses <= distinct * rows_per_job < 60 * rows_per_job  # repeated descriptions hit the cache
 
         command = [sys.executable, "-m", "service.cli", "retrain", "--source", "openb2023", "--algo", "lgbm"]
         with Askers(server.url, job(0), clients=2) as askers:
@@ -74,3 +79,13 @@ def test_complete_retrain_promote_hot_reload(tmp_path: Path) -> None:
         assert (out / "drift.png").stat().st_size > 0
     finally:
         server.stop()
+
+
+def cache_rows(url: str, version: str) -> tuple[int, int]:
+    """The server's answer-cache counters for ``version``, read off ``/metrics``: (hits, misses)."""
+    found = {}
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        for result in ("hit", "miss"):
+            if line.startswith(f'gpuplace_prediction_cache_rows_total{{result="{result}",version="{version}"}}'):
+                found[result] = int(float(line.split()[-1]))
+    return found["hit"], found["miss"]
