@@ -25,7 +25,7 @@ from placement.cluster_io import load_cluster
 from placement.errors import InputError
 from placement.snapshot import MILLI
 from service.codec import cluster_from_json
-from service.estimator import EstimatorHolder
+from service.estimator import EstimatorHolder, settle_heap
 from service.k8s import router as k8s_router
 from service.routes_jobs import router as jobs_router
 from service.runtime import ReadRuntime, Runtime, RuntimeDep, WriteRuntime
@@ -77,6 +77,7 @@ def create_app(settings: Settings | None = None, rt: Runtime | None = None) -> F
         if not settings.accepted_keys():
             log.warning("no API keys configured: mutating endpoints are open (set GPUPLACE_API_KEYS)")
         app.state.runtime = current
+        settle_heap()  # what start-up loaded (the store, a model) stays out of the collector's passes
         yield
         current.estimator.stop()
         current.writer.stop()

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import gc
 import json
 import os
 import sys
@@ -203,6 +204,8 @@ async def with_cache_share(client: aiohttp.ClientSession, phase: Awaitable[dict[
 async def measure(url: str, seconds: float, rate: float, place_rate: float, clients: int,
                   warm: int) -> dict[str, Any]:
     jobs = Jobs(real_jobs())
+    gc.collect()
+    gc.freeze()  # the client's own collector, walking the trace's jobs, would stall it and skew its timings
     connector = aiohttp.TCPConnector(limit=max(64, clients * 2))
     async with aiohttp.ClientSession(base_url=url, headers={"X-API-Key": API_KEY}, connector=connector,
                                      timeout=aiohttp.ClientTimeout(total=60)) as client:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from typing import Any
 
 from service.estimator import HEURISTIC, EstimatorHolder, Loaded
@@ -42,6 +44,26 @@ def test_without_a_model_the_heuristic_answers_with_the_request() -> None:
     assert answer["model_version"] == HEURISTIC and answer["duration"] is None
     assert answer["gpu_request"] == {"point": 2.0, "p50": 2.0, "p90": 2.0}
     assert answer["mem_request"] is None  # not stated: unknown
+
+
+def test_a_loaded_model_is_kept_out_of_the_collectors_passes_and_a_replaced_one_is_freed() -> None:
+    registry, holder = FakeRegistry(), EstimatorHolder(FakeRegistry(), "champion")
+    holder.registry = registry
+    try:
+        registry.alias = "1"
+        holder.reload()
+        first = holder.current.bundle if holder.current else None
+        assert first is not None and gc.get_freeze_count() > 0
+        assert not any(o is first for o in gc.get_objects())  # frozen: the collector no longer walks it
+        first.cycle = first  # a replaced model in a reference cycle must still be collected
+        gone = weakref.ref(first)
+        del first
+        registry.alias = "2"
+        holder.reload()
+        assert gone() is None and holder.version == "2"
+        assert not any(o is holder.current.bundle for o in gc.get_objects())  # type: ignore[union-attr]
+    finally:
+        gc.unfreeze()
 
 
 def test_reload_swaps_when_the_alias_moves_and_keeps_the_last_good_on_failure() -> None:
