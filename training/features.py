@@ -83,8 +83,8 @@ def online_features(jobs: pd.DataFrame, spec: TargetSpec, state: HistoryState,
                     activity: pd.DataFrame | None = None) -> pd.DataFrame:
     """Features of newly submitted ``jobs`` against ``state`` (all jobs finished so far).
 
-    ``activity`` holds the ``act_*`` columns of the jobs if the caller knows what is running now (the
-    service does); without it they are NaN, as for a key with nothing running.
+    ``activity`` holds the ``act_*`` columns of the jobs if the caller knows what is running now;
+    without it they are NaN (unknown). The service passes none yet (docs/estimators.md gives the cost).
     """
     work = _with_keys(jobs)
     tuples = key_tuples(work, spec.keys)
