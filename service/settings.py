@@ -33,6 +33,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(1_000_000, ge=1024)
     otel: bool = Field(False, description="FastAPI's OpenTelemetry spans, metrics and logs (for an OTel SDK the "
                                           "deployment configures); off by default: /metrics serves Prometheus")
+    extender_port: int = Field(0, ge=0, le=65535, description="a second listener, for kube-scheduler's extender "
+                               "calls only: HTTPS with a client certificate required; 0 = none")
+    extender_tls_cert: str = Field("", description="that listener's certificate (PEM)")
+    extender_tls_key: str = Field("", description="that listener's private key (PEM)")
+    extender_client_ca: str = Field("", description="CA (PEM) whose client certificates that listener accepts")
     kube_api: str = Field("", description="Kubernetes API server URL for the extender's bind "
                                           "(in a cluster: https://kubernetes.default.svc)")
     kube_token_file: str = "/var/run/secrets/kubernetes.io/serviceaccount/token"

@@ -1,21 +1,29 @@
 """The Kubernetes scheduler extender, spoken to as kube-scheduler would (Go field names), on a real
-uvicorn server over the PAI cluster. Bind's call to the Kubernetes API goes to a local HTTP server
-that records it (no kube-apiserver on these machines)."""
+uvicorn server over the PAI cluster: on the API's port (bind with an API key) and on the extender's
+own HTTPS listener (a client certificate instead; certificates from a throwaway CA). Bind's call to
+the Kubernetes API goes to a local HTTP server that records it (no kube-apiserver on these machines)."""
 
 from __future__ import annotations
 
 import json
+import ssl
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
 import pytest
+import trustme
 
 from service.k8s_pod import PodError, job_of_pod, quantity
-from tests.service.conftest import Server, server_env
+from tests.service.conftest import API_KEY, REPO, Server, free_port, server_env
+
+KEY = {"X-API-Key": API_KEY}
 
 
 class Recorder(BaseHTTPRequestHandler):
@@ -41,13 +49,48 @@ def apiserver() -> Iterator[str]:
     http.shutdown()
 
 
+@dataclass
+class Pki:
+    """A throwaway CA, the listener's certificate and kube-scheduler's client certificate, as files."""
+
+    folder: Path
+    ca: trustme.CA
+
+    def __post_init__(self) -> None:
+        self.ca.cert_pem.write_to_path(str(self.folder / "ca.pem"))
+        listener = self.ca.issue_cert("127.0.0.1", "localhost")
+        listener.private_key_pem.write_to_path(str(self.folder / "listener.key"))
+        listener.cert_chain_pems[0].write_to_path(str(self.folder / "listener.pem"))
+
+    def env(self, port: int) -> dict[str, str]:
+        return {"GPUPLACE_EXTENDER_PORT": str(port), "GPUPLACE_EXTENDER_TLS_CERT": str(self.folder / "listener.pem"),
+                "GPUPLACE_EXTENDER_TLS_KEY": str(self.folder / "listener.key"),
+                "GPUPLACE_EXTENDER_CLIENT_CA": str(self.folder / "ca.pem")}
+
+    def client(self, signed_by: trustme.CA | None) -> httpx.Client:
+        """An HTTPS client trusting the listener; with a client certificate of ``signed_by`` if given."""
+        context = ssl.create_default_context(cafile=str(self.folder / "ca.pem"))
+        if signed_by is not None:
+            signed_by.issue_cert("kube-scheduler").configure_cert(context)
+        return httpx.Client(verify=context, timeout=10.0)
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, apiserver: str) -> Iterator[Server]:
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return Pki(tmp_path_factory.mktemp("pki"), trustme.CA())
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, apiserver: str, pki: Pki) -> Iterator[Server]:
     home = tmp_path_factory.mktemp("k8s")
     running = Server(server_env(home, f"sqlite:///{home / 'state.db'}", GPUPLACE_KUBE_API=apiserver,
-                                GPUPLACE_KUBE_TOKEN_FILE=str(home / "absent"))).start()
+                                GPUPLACE_KUBE_TOKEN_FILE=str(home / "absent"), **pki.env(free_port()))).start()
     yield running
     running.stop()
+
+
+def extender_url(server: Server) -> str:
+    return f"https://127.0.0.1:{server.env['GPUPLACE_EXTENDER_PORT']}/k8s/extender"
 
 
 def pod(uid: str, gpus: int | None = 2, annotations: dict[str, str] | None = None, cpu: str = "4",
@@ -115,7 +158,7 @@ def test_bind_reserves_then_creates_the_binding(server: Server) -> None:
     node = machines_of(server, "V100")[1]
     httpx.post(f"{server.url}/k8s/extender/filter", json={"Pod": pod("b1", name="trainer-0"), "NodeNames": [node]})
     Recorder.calls.clear()
-    answer = httpx.post(f"{server.url}/k8s/extender/bind", json={
+    answer = httpx.post(f"{server.url}/k8s/extender/bind", headers=KEY, json={
         "PodName": "trainer-0", "PodNamespace": "team-a", "PodUID": "b1", "Node": node}).json()
     assert answer == {"Error": ""}
     path, body = Recorder.calls[-1]
@@ -131,15 +174,58 @@ def test_bind_releases_the_reservation_when_the_api_refuses(server: Server) -> N
     httpx.post(f"{server.url}/k8s/extender/filter", json={"Pod": pod("b2"), "NodeNames": [node]})
     Recorder.status = 500
     try:
-        answer = httpx.post(f"{server.url}/k8s/extender/bind", json={
+        answer = httpx.post(f"{server.url}/k8s/extender/bind", headers=KEY, json={
             "PodName": "b2", "PodNamespace": "team-a", "PodUID": "b2", "Node": node}).json()
     finally:
         Recorder.status = 201
     assert "failed" in answer["Error"]
     assert httpx.get(f"{server.url}/v1/jobs/pod-b2").json()["state"] == "released"
-    unknown = httpx.post(f"{server.url}/k8s/extender/bind", json={
+    unknown = httpx.post(f"{server.url}/k8s/extender/bind", headers=KEY, json={
         "PodName": "ghost", "PodNamespace": "team-a", "PodUID": "ghost", "Node": node}).json()
     assert "not seen by filter" in unknown["Error"]
+
+
+def test_bind_on_the_api_port_needs_an_api_key(server: Server) -> None:
+    node = machines_of(server, "V100")[3]
+    httpx.post(f"{server.url}/k8s/extender/filter", json={"Pod": pod("k1"), "NodeNames": [node]})
+    bind = {"PodName": "k1", "PodNamespace": "team-a", "PodUID": "k1", "Node": node}
+    missing = httpx.post(f"{server.url}/k8s/extender/bind", json=bind)
+    wrong = httpx.post(f"{server.url}/k8s/extender/bind", json=bind, headers={"X-API-Key": "guess"})
+    assert missing.status_code == 401 and wrong.status_code == 403
+    assert httpx.get(f"{server.url}/v1/jobs/pod-k1").status_code == 404  # nothing reserved
+
+
+def test_the_extender_listener_takes_certified_calls_without_a_key(server: Server, pki: Pki) -> None:
+    node = machines_of(server, "V100")[4]
+    with pki.client(signed_by=pki.ca) as scheduler:
+        fits = scheduler.post(f"{extender_url(server)}/filter", json={"Pod": pod("c1", name="worker-0"),
+                                                                      "NodeNames": [node]}).json()
+        assert fits["Error"] == "" and fits["NodeNames"] == [node]
+        Recorder.calls.clear()
+        bound = scheduler.post(f"{extender_url(server)}/bind", json={
+            "PodName": "worker-0", "PodNamespace": "team-a", "PodUID": "c1", "Node": node})
+        assert bound.status_code == 200 and bound.json() == {"Error": ""}
+        assert Recorder.calls[-1][0] == "/api/v1/namespaces/team-a/pods/worker-0/binding"
+        other = scheduler.post(extender_url(server).replace("/k8s/extender", "/v1/place"), json={})
+        assert other.status_code == 404 and "only /k8s/extender/" in other.json()["detail"]
+    assert httpx.get(f"{server.url}/v1/jobs/pod-c1").json()["state"] == "running"
+
+
+@pytest.mark.parametrize("who", ["no certificate", "another CA"])
+def test_the_extender_listener_refuses_a_client_without_the_cas_certificate(server: Server, pki: Pki,
+                                                                            who: str) -> None:
+    with (pki.client(signed_by=None if who == "no certificate" else trustme.CA()) as stranger,
+          pytest.raises(httpx.TransportError)):
+        stranger.post(f"{extender_url(server)}/filter", json={"Pod": pod("s1"), "NodeNames": []})
+
+
+def test_serve_refuses_an_extender_listener_it_cannot_start(tmp_path: Path, pki: Pki) -> None:
+    env = server_env(tmp_path, f"sqlite:///{tmp_path / 'state.db'}",
+                     **{**pki.env(free_port()), "GPUPLACE_EXTENDER_CLIENT_CA": str(tmp_path / "missing-ca.pem")})
+    out = subprocess.run([sys.executable, "-m", "service.cli", "serve", "--workers", "2"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert "--workers 1" in out.stderr and f"GPUPLACE_EXTENDER_CLIENT_CA: no such file: {tmp_path}" in out.stderr
 
 
 def test_example_scheduler_configuration_names_these_verbs() -> None:
