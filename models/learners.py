@@ -73,7 +73,9 @@ class ForestLearner:
 
     def predict_quantiles(self, matrix: FloatArray) -> tuple[FloatArray, FloatArray]:
         dense = np.ascontiguousarray(np.nan_to_num(matrix, nan=-1.0), dtype=np.float32)
-        per_tree = np.stack([tree.predict(dense, check_input=False) for tree in self.forest_.estimators_])
+        # Each fitted tree's own ``tree_.predict`` (what ``DecisionTreeRegressor.predict`` calls after its
+        # checks): per tree a third of the cost, which is most of a one-job call's cost.
+        per_tree = np.stack([tree.tree_.predict(dense).reshape(len(dense)) for tree in self.forest_.estimators_])
         p50, p90 = np.quantile(per_tree, [0.5, 0.9], axis=0)
         return np.asarray(p50, dtype=float), np.asarray(p90, dtype=float)
 

@@ -10,6 +10,7 @@ import pytest
 
 from models.baselines import GlobalMedian, HistoryBaseline, RequestBaseline
 from models.calibrated import CalibratedEstimator, depth_labels
+from models.learners import ForestLearner
 from models.prediction import Prediction
 from models.protocol import Estimator, NotFittedError
 
@@ -48,6 +49,17 @@ def test_contract(name: str) -> None:
     assert np.isfinite(predicted.point).all() and (predicted.point >= 0).all()
     has_p90 = ~np.isnan(predicted.p90)
     assert (predicted.p90[has_p90] >= predicted.p50[has_p90]).all()
+
+
+def test_forest_quantiles_are_those_of_its_trees_predictions() -> None:
+    frame, y = synthetic()
+    learner = ForestLearner(seed=1, params={"n_estimators": 25}).fit(frame, np.log1p(y))
+    matrix = frame.to_numpy(dtype=float)
+    dense = np.nan_to_num(matrix, nan=-1.0)
+    per_tree = np.stack([tree.predict(dense) for tree in learner.forest_.estimators_])
+    p50, p90 = learner.predict_quantiles(matrix)
+    np.testing.assert_allclose(p50, np.quantile(per_tree, 0.5, axis=0), rtol=1e-6)
+    np.testing.assert_allclose(p90, np.quantile(per_tree, 0.9, axis=0), rtol=1e-6)
 
 
 @pytest.mark.parametrize("family", ["lgbm", "rf"])
