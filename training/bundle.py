@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,7 @@ class EstimatorBundle(PythonModel):
         state.pop("_encoders", None)  # caches of the fast path, rebuilt on first use
         state.pop("_answers", None)
         state.pop("_cache_rows", None)
+        state.pop("_unread", None)
         return state
 
     def set_version(self, version: str) -> None:
@@ -75,34 +77,72 @@ class EstimatorBundle(PythonModel):
     def predict_records(self, records: Sequence[Mapping[str, Any]], cache: bool = True) -> list[dict[str, Any]]:
         """The fast path for a few jobs given as dicts of job fields; same answers as :meth:`predict`.
 
-        Answers are cached per target by the job's feature row (a bounded LRU): a scheduler sees the
-        same job descriptions again and again (reruns of a group, a user's sweeps), and a row's answer
-        depends on nothing but the row and this bundle, so only rows not seen lately reach the model.
-        ``cache=False`` asks the model for every row (and leaves the cache as it was).
+        Answers are cached (bounded LRUs): a scheduler sees the same job descriptions again and again
+        (reruns of a group, a user's sweeps). First by the whole record but its job id, which no
+        feature reads; then per target by the record's feature row, which depends on nothing but the
+        record and this bundle. So only rows not seen lately reach the model, and records seen
+        lately are not even encoded. ``cache=False`` asks the model for every row (and leaves the
+        caches as they were).
         """
         unknown = {k for r in records for k in r} - set(JOB_COLUMNS)
         if unknown:
             raise ValueError(f"unknown job field(s): {', '.join(sorted(unknown))}; known: {', '.join(JOB_COLUMNS)}")
-        answers: list[dict[str, Any]] = [{"model_version": self.version} for _ in records]
+        keys = [self._record_key(r) for r in records] if cache else None
+        if keys is None or any(k is None for k in keys):
+            per_record = self._by_features(records, cache)
+        else:
+            per_record = self._cache(_RECORDS).answer(keys, lambda rows: self._by_features(
+                [records[i] for i in rows], cache=True))
+        names = list(self.targets)
+        return [{"model_version": self.version, **{name: dict(zip(_QUANTITIES, values, strict=False))
+                                                  for name, values in zip(names, answer, strict=True)}}
+                for answer in per_record]
+
+    def _by_features(self, records: Sequence[Mapping[str, Any]], cache: bool) -> list[tuple[tuple[float, ...], ...]]:
+        """Per record, every target's answer, through the per-target caches of feature rows."""
+        per_target = []
         for name, target in self.targets.items():
             matrix = self._encoder(name, target).encode(records)
-            rows = (self._answer_cache(name).answer(matrix, target.estimator) if cache
-                    else _model_answers(matrix, target.estimator))
-            for answer, values in zip(answers, rows, strict=True):
-                answer[name] = dict(zip(("point", "p50", "p90", "mean"), values, strict=False))
-        return answers
+            if cache:
+                compute = partial(_answers_of_rows, matrix, target.estimator)
+                per_target.append(self._cache(name).answer([row.tobytes() for row in matrix], compute))
+            else:
+                per_target.append(_model_answers(matrix, target.estimator))
+        return list(zip(*per_target, strict=True)) if per_target else [() for _ in records]
+
+    def _record_key(self, record: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        """What the record's answers depend on, hashable; ``None`` if a value cannot be hashed."""
+        key = tuple(sorted(item for item in record.items() if item[0] not in self._unread_fields()))
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
+    def _unread_fields(self) -> frozenset[str]:
+        """Record fields no target's features read (the job id, unless some key is made of it)."""
+        found: frozenset[str] | None = self.__dict__.get("_unread")
+        if found is None:
+            read = {c for t in self.targets.values() for columns in t.spec.keys.values() for c in columns}
+            read |= {c for t in self.targets.values() for c in t.spec.request_columns()}
+            found = self.__dict__["_unread"] = frozenset({"job_id"} - read)
+        return found
 
     def cache_stats(self) -> dict[str, int]:
-        """Rows answered from the cache and by the model, over every target, since this bundle loaded."""
+        """Rows (one per record and target) answered from a cache and by the model, since this bundle
+        loaded."""
         caches: dict[str, AnswerCache] = self.__dict__.get("_answers", {})
-        return {"hits": sum(c.hits for c in caches.values()), "misses": sum(c.misses for c in caches.values())}
+        records = caches.get(_RECORDS)
+        from_records = records.hits * len(self.targets) if records else 0
+        per_target = [c for name, c in caches.items() if name != _RECORDS]
+        return {"hits": from_records + sum(c.hits for c in per_target), "misses": sum(c.misses for c in per_target)}
 
     def set_cache_rows(self, rows: int) -> None:
-        """How many answers the cache keeps per target (0: none, every row asks the model); empties it."""
+        """How many answers each cache keeps (0: none, every row asks the model); empties them."""
         self.__dict__["_cache_rows"] = rows
         self.__dict__.pop("_answers", None)
 
-    def _answer_cache(self, name: str) -> AnswerCache:
+    def _cache(self, name: str) -> AnswerCache:
         caches: dict[str, AnswerCache] = self.__dict__.setdefault("_answers", {})
         rows = self.__dict__.get("_cache_rows", AnswerCache.DEFAULT_ROWS)
         return caches.get(name) or caches.setdefault(name, AnswerCache(rows))  # setdefault: one cache, first asker's
@@ -124,32 +164,30 @@ class EstimatorBundle(PythonModel):
 
 
 class AnswerCache:
-    """One target's answers (point, P50, P90 and the mean where there is one) by feature row, least
-    recently used first out. Safe to share between threads."""
+    """Answers by key, least recently used first out; safe to share between threads."""
 
     DEFAULT_ROWS = 50_000
 
     def __init__(self, rows: int = DEFAULT_ROWS) -> None:
         self.rows = rows
         self.hits = self.misses = 0
-        self._answers: OrderedDict[bytes, tuple[float, ...]] = OrderedDict()
+        self._answers: OrderedDict[Hashable, Any] = OrderedDict()
         self._lock = threading.Lock()
 
-    def answer(self, matrix: np.ndarray, estimator: CalibratedEstimator) -> list[tuple[float, ...]]:
-        """Each row's answer: from the cache where the row was answered lately, else from one model call
-        for all such rows (a row asked twice in one call is answered once)."""
-        keys = [row.tobytes() for row in matrix]
-        answers: dict[bytes, tuple[float, ...] | None] = dict.fromkeys(keys)
+    def answer(self, keys: Sequence[Hashable], compute: Callable[[list[int]], Sequence[Any]]) -> list[Any]:
+        """Each key's answer: from the cache where it was answered lately, else from one ``compute`` call
+        given the positions of the others (a key asked twice in one call is computed once)."""
+        answers: dict[Hashable, Any] = dict.fromkeys(keys, _MISSING)
         with self._lock:
             for key in answers:
-                if (hit := self._answers.get(key)) is not None:
+                if (hit := self._answers.get(key, _MISSING)) is not _MISSING:
                     self._answers.move_to_end(key)
                     answers[key] = hit
-        missing = [key for key, found in answers.items() if found is None]
-        fresh: dict[bytes, tuple[float, ...]] = {}
+        missing = [key for key, found in answers.items() if found is _MISSING]
+        fresh: dict[Hashable, Any] = {}
         if missing:
-            row_of = {key: i for i, key in enumerate(keys)}
-            fresh = dict(zip(missing, _model_answers(matrix[[row_of[key] for key in missing]], estimator), strict=True))
+            position = {key: i for i, key in enumerate(keys)}
+            fresh = dict(zip(missing, compute([position[key] for key in missing]), strict=True))
             answers.update(fresh)
         with self._lock:
             self._answers.update(fresh)
@@ -157,7 +195,17 @@ class AnswerCache:
                 self._answers.popitem(last=False)
             self.hits += len(keys) - len(missing)
             self.misses += len(missing)
-        return [answers[key] for key in keys]  # type: ignore[misc]  # every key is answered by now
+        return [answers[key] for key in keys]
+
+
+_MISSING = object()
+_RECORDS = "(records)"
+"""The name of the cache of whole answers by record (no target's name has brackets)."""
+_QUANTITIES = ("point", "p50", "p90", "mean")
+
+
+def _answers_of_rows(matrix: np.ndarray, estimator: CalibratedEstimator, rows: list[int]) -> list[tuple[float, ...]]:
+    return _model_answers(matrix[rows], estimator)
 
 
 def _model_answers(matrix: np.ndarray, estimator: CalibratedEstimator) -> list[tuple[float, ...]]:

@@ -87,19 +87,56 @@ def test_cached_answers_are_the_models_answers(fitted: tuple[EstimatorBundle, pd
     assert bundle.cache_stats()["misses"] == 2 * rows
 
 
-def test_the_cache_keeps_the_rows_used_last_and_stays_bounded(fitted: tuple[EstimatorBundle, pd.DataFrame]) -> None:
-    bundle, jobs = fitted
-    target = next(iter(bundle.targets.values()))
-    encoded = JobEncoder(target.spec, target.state, target.estimator.feature_names_).encode(_records(jobs))
-    matrix = np.stack(list({row.tobytes(): row for row in encoded}.values()))  # distinct rows (NaN included)
-    assert len(matrix) >= 4
+def test_the_cache_keeps_the_keys_used_last_and_stays_bounded() -> None:
+    computed: list[list[int]] = []
     cache = AnswerCache(rows=3)
-    expected = cache.answer(matrix, target.estimator)
-    assert len(cache._answers) == 3
-    assert cache.answer(matrix[-3:], target.estimator) == expected[-3:]  # the last three stayed
-    assert (cache.hits, cache.misses) == (3, len(matrix))
-    cache.answer(matrix[:1], target.estimator)  # evicts the least recently used of the three
-    assert cache.answer(matrix[-2:], target.estimator) == expected[-2:]
-    assert (cache.hits, cache.misses) == (5, len(matrix) + 1)
-    assert cache.answer(matrix[-3:-2], target.estimator) == expected[-3:-2]
-    assert cache.misses == len(matrix) + 2
+
+    def ask(keys: list[int]) -> list[object]:
+        def compute(positions: list[int]) -> list[int]:
+            computed.append([keys[i] for i in positions])
+            return [keys[i] * 10 for i in positions]
+        return cache.answer(keys, compute)
+
+    assert ask([1, 2, 3, 4, 2]) == [10, 20, 30, 40, 20]
+    assert computed == [[1, 2, 3, 4]] and list(cache._answers) == [2, 3, 4]  # 2 computed once; 1 evicted
+    assert ask([2]) == [20] and list(cache._answers) == [3, 4, 2]  # a hit moves to the back
+    assert ask([5]) == [50] and list(cache._answers) == [4, 2, 5]  # evicts 3, the least recently used
+    assert ask([3, 4]) == [30, 40] and computed[-1] == [3]
+    assert (cache.hits, cache.misses) == (3, 6)
+
+
+def test_a_record_seen_under_another_job_id_is_answered_without_encoding(
+        fitted: tuple[EstimatorBundle, pd.DataFrame], monkeypatch: pytest.MonkeyPatch) -> None:
+    bundle = EstimatorBundle(fitted[0].targets)
+    records = _records(fitted[1])[:20]
+    first = bundle.predict_records(records)
+    monkeypatch.setattr(JobEncoder, "encode", lambda *_: pytest.fail("a record seen lately was encoded again"))
+    again = bundle.predict_records([{**r, "job_id": f"again-{i}"} for i, r in enumerate(records)])
+    assert again == first
+
+
+def test_no_feature_reads_the_job_id(fitted: tuple[EstimatorBundle, pd.DataFrame]) -> None:
+    bundle, jobs = fitted
+    records = _records(jobs)
+    renamed = [{**r, "job_id": f"other-{i}"} for i, r in enumerate(records)]
+    assert "job_id" in bundle._unread_fields()
+    for name, target in bundle.targets.items():
+        encoder = bundle._encoder(name, target)
+        np.testing.assert_array_equal(encoder.encode(records), encoder.encode(renamed), err_msg=name)
+
+
+def test_a_record_differing_in_any_field_gets_its_own_answer(fitted: tuple[EstimatorBundle, pd.DataFrame]) -> None:
+    bundle = EstimatorBundle(fitted[0].targets)
+    records = _records(fitted[1])
+    base = records[0]
+    bundle.predict_records([base])
+    changed = 0
+    for field in sorted({k for r in records for k in r} - {"job_id"}):
+        other = next((r[field] for r in records if r.get(field) is not None and r.get(field) != base.get(field)), None)
+        if other is None:
+            continue
+        variant = {**base, field: other}
+        cached, fresh = bundle.predict_records([variant]), bundle.predict_records([variant], cache=False)
+        assert cached == fresh, field
+        changed += cached != bundle.predict_records([base])
+    assert changed >= 1  # some field moves the answer, so a cache that ignored them would be caught
