@@ -72,12 +72,13 @@ def create_app(settings: Settings | None = None, rt: Runtime | None = None) -> F
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         current = rt or build_runtime(settings)
-        current.estimator.reload()
+        answering = current.estimator.reload()  # a model it loads settles the heap (``settle_heap``)
         current.estimator.start(settings.model_poll_s)
         if not settings.accepted_keys():
             log.warning("no API keys configured: mutating endpoints are open (set GPUPLACE_API_KEYS)")
         app.state.runtime = current
-        settle_heap()  # what start-up loaded (the store, a model) stays out of the collector's passes
+        if answering is None:  # no model loaded: what start-up loaded (the store) stays out of the passes too
+            settle_heap()
         yield
         current.estimator.stop()
         current.writer.stop()

@@ -34,7 +34,7 @@ from placement.snapshot import Allocation, ClusterSnapshot, empty_snapshot
 from placement.store import CommitStatus
 from placement.working import FEW_CPU, FEW_GPUS, FEW_MEM, NO_SHARED_GPU, WRONG_TYPE, Candidates, WorkingState
 from service.k8s_pod import PodError, job_of_pod, pod_uid
-from service.runtime import ExtenderReadRuntime, ExtenderWriteRuntime, Runtime
+from service.runtime import ReadRuntime, Runtime, WriteRuntime
 from service.state_db import JobExists
 
 router = APIRouter(prefix="/k8s/extender", tags=["kubernetes"])
@@ -82,7 +82,7 @@ def _check(rt: Runtime, job: Job) -> tuple[ClusterSnapshot, WorkingState, Candid
 
 
 @router.post("/filter")
-def extender_filter(args: dict[str, Any], rt: ExtenderReadRuntime) -> dict[str, Any]:
+def extender_filter(args: dict[str, Any], rt: ReadRuntime) -> dict[str, Any]:
     names = _node_names(args)
     try:
         job = _remember(args.get("Pod") or {})
@@ -117,7 +117,7 @@ def extender_filter(args: dict[str, Any], rt: ExtenderReadRuntime) -> dict[str, 
 
 
 @router.post("/prioritize")
-def extender_prioritize(args: dict[str, Any], rt: ExtenderReadRuntime) -> list[dict[str, Any]]:
+def extender_prioritize(args: dict[str, Any], rt: ReadRuntime) -> list[dict[str, Any]]:
     names = _node_names(args)
     try:
         job = _remember(args.get("Pod") or {})
@@ -142,7 +142,7 @@ def extender_prioritize(args: dict[str, Any], rt: ExtenderReadRuntime) -> list[d
 
 
 @router.post("/bind")
-def extender_bind(args: dict[str, Any], rt: ExtenderWriteRuntime) -> dict[str, str]:
+def extender_bind(args: dict[str, Any], rt: WriteRuntime) -> dict[str, str]:
     uid, node = str(args.get("PodUID", "")), str(args.get("Node", ""))
     name, namespace = str(args.get("PodName", "")), str(args.get("PodNamespace", "default"))
     job = _SEEN.get(uid)

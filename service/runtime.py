@@ -93,9 +93,16 @@ def _runtime(request: Request) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(runtime)]
 
 
+CLIENT_CERTIFIED = "gpuplace.client_certified"
+"""Set in the ASGI scope of a request that came in on the extender's listener, whose TLS handshake
+required a client certificate signed by the configured CA (``service.extender_listener``)."""
+
+
 def _check_key(rt: Runtime, request: Request) -> None:
+    """Refuse a request without an accepted API key, unless it was authenticated by its client
+    certificate on the extender's listener (which serves nothing but the extender)."""
     keys = rt.keys
-    if not keys:
+    if not keys or request.scope.get(CLIENT_CERTIFIED):
         return
     given = request.headers.get("x-api-key") or ""
     auth = request.headers.get("authorization", "")
@@ -126,28 +133,5 @@ async def runtime_for_reads(request: Request) -> Runtime:
     return rt
 
 
-CLIENT_CERTIFIED = "gpuplace.client_certified"
-"""Set in the ASGI scope of a request that came in on the extender's listener, whose TLS handshake
-required a client certificate signed by the configured CA (``service.extender_listener``)."""
-
-
-async def runtime_for_extender_writes(request: Request) -> Runtime:
-    """The runtime, for the extender's bind: a client certificate (its own listener) or an API key."""
-    rt = _runtime(request)
-    if not request.scope.get(CLIENT_CERTIFIED):
-        _check_key(rt, request)
-    return rt
-
-
-async def runtime_for_extender_reads(request: Request) -> Runtime:
-    """The runtime, for the extender's filter and prioritize: as a read endpoint, or certified."""
-    rt = _runtime(request)
-    if rt.settings.protect_reads and not request.scope.get(CLIENT_CERTIFIED):
-        _check_key(rt, request)
-    return rt
-
-
 WriteRuntime = Annotated[Runtime, Depends(runtime_for_writes)]
 ReadRuntime = Annotated[Runtime, Depends(runtime_for_reads)]
-ExtenderWriteRuntime = Annotated[Runtime, Depends(runtime_for_extender_writes)]
-ExtenderReadRuntime = Annotated[Runtime, Depends(runtime_for_extender_reads)]

@@ -112,7 +112,8 @@ class EstimatorBundle(PythonModel):
 
     def _record_key(self, record: Mapping[str, Any]) -> tuple[Any, ...] | None:
         """What the record's answers depend on, hashable; ``None`` if a value cannot be hashed."""
-        key = tuple(sorted(item for item in record.items() if item[0] not in self._unread_fields()))
+        unread = self._unread_fields()
+        key = tuple(sorted(item for item in record.items() if item[0] not in unread))
         try:
             hash(key)
         except TypeError:

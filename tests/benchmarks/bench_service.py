@@ -47,7 +47,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.service.conftest import API_KEY, Server, server_env  # noqa: E402
+from tests.service.conftest import API_KEY, Server, cache_rows, server_env  # noqa: E402
 
 JOBS_CSV = REPO / "data" / "pai2020" / "pai_job_duration_estimate_100K_head.csv"
 
@@ -181,22 +181,16 @@ async def predict_loop(client: aiohttp.ClientSession, jobs: Jobs, count: int, cl
     return {"requests": count, "seconds": round(time.perf_counter() - started, 1)}
 
 
-async def cache_rows(client: aiohttp.ClientSession) -> tuple[int, int]:
-    """Estimator rows answered so far from the answer cache and by the model, off ``/metrics``."""
-    hits = misses = 0
+async def metrics(client: aiohttp.ClientSession) -> str:
     async with client.get("/metrics") as answer:
-        for line in (await answer.text()).splitlines():
-            if line.startswith("gpuplace_prediction_cache_rows_total{"):
-                count = int(float(line.split()[-1]))
-                hits, misses = (hits + count, misses) if 'result="hit"' in line else (hits, misses + count)
-    return hits, misses
+        return await answer.text()
 
 
 async def with_cache_share(client: aiohttp.ClientSession, phase: Awaitable[dict[str, Any]]) -> dict[str, Any]:
     """The phase's figures, with the share of estimator rows the answer cache answered during it."""
-    before = await cache_rows(client)
+    before = cache_rows(await metrics(client))
     figures = await phase
-    after = await cache_rows(client)
+    after = cache_rows(await metrics(client))
     hits, misses = after[0] - before[0], after[1] - before[1]
     return {**figures, "cache_hit_share": round(hits / (hits + misses), 3) if hits + misses else None}
 

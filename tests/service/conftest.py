@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
+from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -142,3 +143,15 @@ class Askers:
 def server_env(home: Path, database_url: str, **extra: str) -> dict[str, str]:
     return {**os.environ, "GPUPLACE_HOME": str(home), "GPUPLACE_DATABASE_URL": database_url,
             "GPUPLACE_API_KEYS": API_KEY, "GPUPLACE_MODEL_POLL_S": "0", **extra}
+
+
+def cache_rows(metrics: str, version: str | None = None) -> tuple[int, int]:
+    """Estimator rows answered from the answer cache and by the model, read off a ``/metrics`` page:
+    (hits, misses) of ``version``, or of every version."""
+    counts = {"hit": 0, "miss": 0}
+    for family in text_string_to_metric_families(metrics):
+        if family.name == "gpuplace_prediction_cache_rows":
+            for sample in family.samples:
+                if sample.name.endswith("_total") and version in (None, sample.labels["version"]):
+                    counts[sample.labels["result"]] += int(sample.value)
+    return counts["hit"], counts["miss"]

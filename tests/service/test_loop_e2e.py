@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from models.registry import CHALLENGER, CHAMPION, ModelRegistry, default_uri
-from tests.service.conftest import API_KEY, REPO, Askers, Server, server_env
+from tests.service.conftest import API_KEY, REPO, Askers, Server, cache_rows, server_env
 from training.train import train_and_register
 
 WEAK = {"n_estimators": 1, "num_leaves": 2, "min_child_samples": 500}
@@ -44,7 +44,7 @@ def test_complete_retrain_promote_hot_reload(tmp_path: Path) -> None:
             done = httpx.post(f"{server.url}/v1/jobs/loop-{i}/complete", headers=KEY,
                               json={"duration_s": 600.0 * (1 + i % 5), "usage": {"gpu": 0.3, "cpu_cores": 2.0}})
             assert done.status_code == 200, done.text
-        hits, misses = cache_rows(server.url, weak.version)
+        hits, misses = cache_rows(httpx.get(f"{server.url}/metrics").text, weak.version)
         rows_per_job = (hits + misses) // 60  # one per target
         distinct = len({json.dumps({**job(i), "job_id": ""}) for i in range(60)})
         assert rows_per_job >= 1 and hits + misses == 60 * rows_per_job
@@ -80,12 +80,3 @@ def test_complete_retrain_promote_hot_reload(tmp_path: Path) -> None:
     finally:
         server.stop()
 
-
-def cache_rows(url: str, version: str) -> tuple[int, int]:
-    """The server's answer-cache counters for ``version``, read off ``/metrics``: (hits, misses)."""
-    found = {}
-    for line in httpx.get(f"{url}/metrics").text.splitlines():
-        for result in ("hit", "miss"):
-            if line.startswith(f'gpuplace_prediction_cache_rows_total{{result="{result}",version="{version}"}}'):
-                found[result] = int(float(line.split()[-1]))
-    return found["hit"], found["miss"]
