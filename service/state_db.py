@@ -1,6 +1,7 @@
 """Cluster state in a real database (SQLAlchemy): SQLite in WAL mode by default, PostgreSQL by URL.
 
-Tables: ``cluster_state`` (one row: the cluster spec and the state generation), ``jobs`` (every job
+Tables: ``cluster_state`` (one row: the state generation, moved by every change), ``cluster_spec``
+(one row: the cluster spec, written only when a spec is loaded), ``jobs`` (every job
 placed: its demand, its allocation, its state ``running`` / ``released`` / ``completed`` /
 ``evicted``, the estimate it was placed with) and ``completions`` (observed duration and usage of
 completed jobs, kept for retraining).
@@ -62,9 +63,17 @@ cluster_state = sa.Table(
     "cluster_state", metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column("generation", sa.BigInteger, nullable=False),
-    sa.Column("cluster", sa.Text, nullable=False),
     sa.Column("cluster_generation", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("updated_at", sa.Float, nullable=False),
+)
+# The spec has a row of its own: to change one column SQLite rebuilds the whole record, and the PAI
+# cluster's spec is 325 kB. A loop of generation updates took 0.6 ms a transaction with the spec in the
+# same row, against 0.05 ms without; and a commit that reads the generation no longer walks the spec.
+cluster_spec = sa.Table(
+    "cluster_spec", metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("cluster", sa.Text, nullable=False),
+    sa.Column("loaded_at", sa.Float, nullable=False),
 )
 jobs = sa.Table(
     "jobs", metadata,
@@ -177,8 +186,9 @@ class _WritersQueue:
 def _create_schema(engine: Engine, writers: _WritersQueue) -> None:
     """Create the tables, and bring a database made by an earlier version up to them: the columns that
     say at which generation the cluster spec was loaded and a job ended (what lets a process catch up
-    with another's writes instead of reloading every running job), and their indexes. Processes that
-    start together take turns: on SQLite by the writers' lock, on PostgreSQL by an advisory lock."""
+    with another's writes instead of reloading every running job), their indexes, and the spec in a
+    table of its own. Processes that start together take turns: on SQLite by the writers' lock, on
+    PostgreSQL by an advisory lock."""
     with writers, engine.begin() as conn:
         if engine.dialect.name == "postgresql":
             conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7142)")  # held until this transaction ends
@@ -187,6 +197,10 @@ def _create_schema(engine: Engine, writers: _WritersQueue) -> None:
             if column not in {c["name"] for c in sa.inspect(conn).get_columns(table)}:
                 default = " NOT NULL DEFAULT 0" if column == "cluster_generation" else ""
                 conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column} BIGINT{default}")
+        if "cluster" in {c["name"] for c in sa.inspect(conn).get_columns("cluster_state")}:  # the spec moves out
+            conn.exec_driver_sql("INSERT INTO cluster_spec (id, cluster, loaded_at) SELECT id, cluster, updated_at "
+                                 "FROM cluster_state WHERE id = 1 AND NOT EXISTS (SELECT 1 FROM cluster_spec)")
+            conn.exec_driver_sql("ALTER TABLE cluster_state DROP COLUMN cluster")
         for index in jobs.indexes:
             index.create(conn, checkfirst=True)
 
@@ -291,10 +305,12 @@ class SqlStore:
         _create_schema(engine, self._writers)
         self._lock = threading.RLock()
         with self._write() as conn:
-            row = conn.execute(sa.select(cluster_state.c.id)).first()
-            if row is None:
-                conn.execute(cluster_state.insert().values(
-                    id=1, generation=0, cluster=json.dumps(cluster_to_json(default_cluster())), updated_at=time.time()))
+            now = time.time()
+            if conn.execute(sa.select(cluster_state.c.id)).first() is None:
+                conn.execute(cluster_state.insert().values(id=1, generation=0, updated_at=now))
+            if conn.execute(sa.select(cluster_spec.c.id)).first() is None:
+                conn.execute(cluster_spec.insert().values(
+                    id=1, cluster=json.dumps(cluster_to_json(default_cluster())), loaded_at=now))
         self._cache = self._load()
 
     @contextmanager
@@ -500,7 +516,7 @@ class SqlStore:
         return release(base, op.job_id), True
 
     def _load_in(self, conn: Connection, generation: int) -> ClusterSnapshot:
-        state = conn.execute(sa.select(cluster_state.c.cluster).where(cluster_state.c.id == 1)).scalar_one()
+        state = conn.execute(sa.select(cluster_spec.c.cluster).where(cluster_spec.c.id == 1)).scalar_one()
         cluster = cluster_from_json(json.loads(state))
         snapshot = ClusterSnapshot.empty(cluster)
         for job_id, allocation in conn.execute(sa.select(jobs.c.job_id, jobs.c.allocation)
@@ -548,8 +564,9 @@ class SqlStore:
                 conn.execute(jobs.update().where(jobs.c.job_id == job_id).values(
                     state=EVICTED, ended_at=now, ended_generation=generation + 1))
             conn.execute(cluster_state.update().where(cluster_state.c.id == 1).values(
-                generation=generation + 1, cluster_generation=generation + 1,
-                cluster=json.dumps(cluster_to_json(cluster)), updated_at=now))
+                generation=generation + 1, cluster_generation=generation + 1, updated_at=now))
+            conn.execute(cluster_spec.update().where(cluster_spec.c.id == 1).values(
+                cluster=json.dumps(cluster_to_json(cluster)), loaded_at=now))
             self._cache = replace(snapshot, generation=generation + 1)
         return [j for j, _ in orphans]
 

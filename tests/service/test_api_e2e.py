@@ -223,7 +223,7 @@ def _independent_check(database_url: str, expected: dict[str, dict[str, Any]]) -
     CPU or memory, and exactly the acknowledged, unreleased allocations running."""
     engine = sa.create_engine(database_url)
     with engine.connect() as conn:
-        spec = json.loads(conn.execute(sa.text("SELECT cluster FROM cluster_state")).scalar_one())
+        spec = json.loads(conn.execute(sa.text("SELECT cluster FROM cluster_spec")).scalar_one())
         rows = conn.execute(sa.text("SELECT job_id, allocation FROM jobs WHERE state = 'running'")).all()
     engine.dispose()
     machines = {m["name"]: m for m in spec["machines"]}

@@ -13,7 +13,15 @@ from placement.demand import Job, Role, Task
 from placement.policies import online_policy
 from placement.snapshot import MILLI, ClusterSnapshot
 from placement.store import CommitStatus, place_and_commit
-from service.state_db import COMPLETED, EVICTED, RELEASED, JobExists, LiveAllocations, SqlStore, make_engine
+from service.state_db import (
+    COMPLETED,
+    EVICTED,
+    RELEASED,
+    JobExists,
+    LiveAllocations,
+    SqlStore,
+    make_engine,
+)
 
 MACHINES = [Machine("a", "T4", 4, 32, 128), Machine("b", "T4", 4, 32, 128), Machine("c", "V100", 8, 64, 256)]
 CLUSTER = build_cluster("synthetic", MACHINES, rack_size=2)
@@ -165,3 +173,23 @@ def test_a_database_of_the_earlier_schema_gets_the_new_columns_and_keeps_its_job
     assert "ended_generation" in columns
     assert {i["name"] for i in sa.inspect(upgraded.engine).get_indexes("jobs")} >= {
         "ix_jobs_ended_generation", "ix_jobs_placed_generation"}
+
+
+def test_a_database_with_the_spec_in_the_generation_row_gets_it_moved_and_keeps_its_state(database_url: str) -> None:
+    store = store_at(database_url)
+    place_and_commit(store, PLACE, job("kept", gpu=2.0))
+    store.replace_cluster(build_cluster("loaded later", MACHINES, rack_size=1))
+    generation = store.snapshot().generation
+    with store.engine.begin() as conn:  # back to one row holding the generation and the spec
+        spec = conn.exec_driver_sql("SELECT cluster FROM cluster_spec").scalar_one()
+        conn.exec_driver_sql("ALTER TABLE cluster_state ADD COLUMN cluster TEXT NOT NULL DEFAULT ''")
+        conn.execute(sa.text("UPDATE cluster_state SET cluster = :spec"), {"spec": spec})
+        conn.exec_driver_sql("DROP TABLE cluster_spec")
+    store.engine.dispose()
+    upgraded = store_at(database_url)  # the default spec must not replace the stored one
+    snapshot = upgraded.snapshot()
+    assert snapshot.generation == generation and set(snapshot.allocations) == {"kept"}
+    assert snapshot.cluster.name == "loaded later"
+    assert "cluster" not in {c["name"] for c in sa.inspect(upgraded.engine).get_columns("cluster_state")}
+    assert upgraded.release("kept") and store_at(database_url).snapshot().generation == generation + 1
+
