@@ -82,6 +82,7 @@ def create_app(settings: Settings | None = None, rt: Runtime | None = None) -> F
         yield
         current.estimator.stop()
         current.writer.stop()
+        current.store.close()
 
     # FastAPI's OpenTelemetry bridge asks the global providers on every request even when none is set up
     # (about 5% of a placement's CPU): on only when asked for

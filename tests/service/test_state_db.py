@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
+import sqlite3
 import threading
+import time
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -20,6 +24,7 @@ from service.state_db import (
     JobExists,
     LiveAllocations,
     SqlStore,
+    WalCheckpoints,
     make_engine,
 )
 
@@ -185,6 +190,7 @@ def test_a_database_with_the_spec_in_the_generation_row_gets_it_moved_and_keeps_
         conn.exec_driver_sql("ALTER TABLE cluster_state ADD COLUMN cluster TEXT NOT NULL DEFAULT ''")
         conn.execute(sa.text("UPDATE cluster_state SET cluster = :spec"), {"spec": spec})
         conn.exec_driver_sql("DROP TABLE cluster_spec")
+    store.close()
     store.engine.dispose()
     upgraded = store_at(database_url)  # the default spec must not replace the stored one
     snapshot = upgraded.snapshot()
@@ -193,3 +199,30 @@ def test_a_database_with_the_spec_in_the_generation_row_gets_it_moved_and_keeps_
     assert "cluster" not in {c["name"] for c in sa.inspect(upgraded.engine).get_columns("cluster_state")}
     assert upgraded.release("kept") and store_at(database_url).snapshot().generation == generation + 1
 
+
+def _jobs_in_the_database_file_alone(tmp_path: Path, database: Path) -> set[str]:
+    """The job ids in ``database``'s main file, read from a copy without its write-ahead log."""
+    alone = tmp_path / "main-file-only.db"
+    shutil.copyfile(database, alone)
+    with sqlite3.connect(alone) as conn:
+        return {row[0] for row in conn.execute("SELECT job_id FROM jobs")}
+
+
+def test_sqlite_commits_leave_the_log_to_a_background_checkpoint(tmp_path: Path) -> None:
+    database = tmp_path / "state.db"
+    store = SqlStore(make_engine(f"sqlite:///{database}"), lambda: CLUSTER)
+    store.checkpoints.stop()  # no checkpoint at all: what was committed sits in the log only
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar_one() == 0
+    for k in range(5):
+        place_and_commit(store, PLACE, job(f"w{k}", gpu=0.5))
+    assert not _jobs_in_the_database_file_alone(tmp_path, database) & {f"w{k}" for k in range(5)}
+    running = WalCheckpoints(store.engine, every_s=0.05)  # the store's own, as it runs in the service
+    deadline = time.monotonic() + 10
+    while running.runs < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _jobs_in_the_database_file_alone(tmp_path, database) >= {f"w{k}" for k in range(5)}
+    place_and_commit(store, PLACE, job("last", gpu=0.5))
+    running.stop()  # stopping checkpoints what is left
+    assert "last" in _jobs_in_the_database_file_alone(tmp_path, database)
+    assert store_at(f"sqlite:///{database}").snapshot().allocations.keys() == {f"w{k}" for k in range(5)} | {"last"}
