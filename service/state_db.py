@@ -362,6 +362,10 @@ class SqlStore:
         _create_schema(engine, self._writers)
         self.checkpoints = WalCheckpoints(engine)
         self._lock = threading.RLock()
+        database = engine.url.database if engine.dialect.name == "sqlite" else None
+        # the group commit's own connection to an SQLite file (:meth:`_apply_on_own_connection`)
+        self._own_fairy = engine.raw_connection() if database and database != ":memory:" else None
+        self._own: Any = self._own_fairy.driver_connection if self._own_fairy is not None else None
         with self._write() as conn:
             now = time.time()
             if conn.execute(sa.select(cluster_state.c.id)).first() is None:
@@ -372,7 +376,12 @@ class SqlStore:
         self._cache = self._load()
 
     def close(self) -> None:
-        """Stop the background work (a last WAL checkpoint on SQLite); the store can still be read."""
+        """Stop the background work (a last WAL checkpoint on SQLite) and give back the group commit's
+        own connection; the store can still be read and written (the general way)."""
+        with self._lock:
+            if self._own_fairy is not None:
+                self._own_fairy.close()
+                self._own_fairy = self._own = None
         self.checkpoints.stop()
 
     @contextmanager
@@ -498,31 +507,67 @@ class SqlStore:
 
         The ops are decided in memory first (the locked snapshot holds exactly the running jobs), then
         written with one statement per kind of row (executemany)."""
-        results: list[OpResult] = []
-        sql = self._sql
         with self._lock:
+            if self._own is not None:
+                done = self._apply_on_own_connection(ops)
+                if done is not None:
+                    return done
             with self._write() as conn:
                 cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-                generation, cluster_generation = sql.one(cursor, sql.generations_locked).fetchone()
-                base = self._state_at(conn, int(generation), int(cluster_generation))
-                generation = base.generation
-                wanted = [op.job.job_id for op in ops if isinstance(op, PlaceOp)]
-                known = sql.existing(cursor, wanted) if wanted else set()
-                writes = _Writes(time.time())
-                for op in ops:
-                    if isinstance(op, PlaceOp):
-                        base, result = self._place_in(base, op, known, writes)
-                        if isinstance(result, Placed) and result.committed:
-                            known.add(op.job.job_id)
-                    else:
-                        base, result = self._end_in(base, op, writes)
-                    results.append(result)
-                writes.run(sql, cursor)
-                if base.generation != generation:
-                    sql.one(cursor, sql.set_generation, {"next": base.generation, "now": writes.now})
+                generation, cluster_generation = self._sql.one(cursor, self._sql.generations_locked).fetchone()
+                results, base = self._decide_and_write(
+                    cursor, self._state_at(conn, int(generation), int(cluster_generation)), ops)
                 cursor.close()
-            self._cache = base
+            self._cache = base  # once committed
         return results
+
+    def _apply_on_own_connection(self, ops: list[PlaceOp | EndOp]) -> list[OpResult] | None:
+        """:meth:`apply_ops` on the store's own SQLite connection, with no SQLAlchemy between: its
+        connection checkout, events and transaction objects cost 0.19 ms a transaction, the database
+        work itself 0.03 ms. ``None`` (nothing written) if another process wrote since this one last
+        looked: catching up takes the general path."""
+        own, sql = self._own, self._sql
+        assert own is not None
+        with self._writers:
+            cursor = own.cursor()
+            try:
+                cursor.execute("BEGIN IMMEDIATE")
+                generation, _ = sql.one(cursor, sql.generations_locked).fetchone()
+                if int(generation) != self._cache.generation:
+                    own.rollback()
+                    return None
+                results, base = self._decide_and_write(cursor, self._cache, ops)
+                own.commit()
+            except BaseException:
+                own.rollback()
+                raise
+            finally:
+                cursor.close()
+        self._cache = base
+        return results
+
+    def _decide_and_write(self, cursor: Any, base: ClusterSnapshot,
+                          ops: list[PlaceOp | EndOp]) -> tuple[list[OpResult], ClusterSnapshot]:
+        """Decide ``ops`` in order from ``base`` (the locked state as committed) and write what they
+        change in the transaction of ``cursor``: the results, and the state once it commits."""
+        sql, results = self._sql, []
+        generation = base.generation
+        wanted = [op.job.job_id for op in ops if isinstance(op, PlaceOp)]
+        known = sql.existing(cursor, wanted) if wanted else set()
+        writes = _Writes(time.time())
+        for op in ops:
+            result: OpResult
+            if isinstance(op, PlaceOp):
+                base, result = self._place_in(base, op, known, writes)
+                if isinstance(result, Placed) and result.committed:
+                    known.add(op.job.job_id)
+            else:
+                base, result = self._end_in(base, op, writes)
+            results.append(result)
+        writes.run(sql, cursor)
+        if base.generation != generation:
+            sql.one(cursor, sql.set_generation, {"next": base.generation, "now": writes.now})
+        return results, base
 
     def _locked_state(self, conn: Connection) -> ClusterSnapshot:
         """The state as committed, its generation locked until ``conn``'s transaction ends (the snapshot

@@ -134,3 +134,43 @@ def test_what_the_writer_stores_is_what_the_database_holds(database_url: str, on
         assert row is not None and row.state == RUNNING
     released = [f"w{wave}-{k}" for wave in range(5) for k in range(0, 8, 2)]
     assert not set(released) & set(fresh.allocations)
+
+
+def _refuse_job_rows(store: Any, job_id: str) -> None:
+    """A trigger that makes the database itself refuse to store ``job_id`` (a real database error)."""
+    with store.engine.begin() as conn:
+        if store.engine.dialect.name == "sqlite":
+            conn.exec_driver_sql(f"CREATE TRIGGER refuse BEFORE INSERT ON jobs WHEN NEW.job_id = '{job_id}' "
+                                 "BEGIN SELECT RAISE(ABORT, 'refused by the database'); END")
+        else:
+            conn.exec_driver_sql(f"CREATE FUNCTION refuse() RETURNS trigger AS $$ BEGIN IF NEW.job_id = '{job_id}' "
+                                 "THEN RAISE EXCEPTION 'refused by the database'; END IF; RETURN NEW; END $$ "
+                                 "LANGUAGE plpgsql")
+            conn.exec_driver_sql("CREATE TRIGGER refuse BEFORE INSERT ON jobs FOR EACH ROW EXECUTE FUNCTION refuse()")
+
+
+def test_a_database_error_stores_nothing_of_the_batch_and_then_fails_its_op_alone(database_url: str,
+                                                                                  on_loop: bool) -> None:
+    store = store_at(database_url)
+    first = store.apply_ops([PlaceOp(job("before"), PLACE)])
+    assert isinstance(first[0], Placed) and first[0].committed
+    _refuse_job_rows(store, "poison")
+    generation = store.cached().generation
+    with pytest.raises(Exception, match="refused by the database"):
+        store.apply_ops([PlaceOp(job("fine"), PLACE), EndOp("before"), PlaceOp(job("poison"), PLACE)])
+    assert store.cached().generation == generation  # the store's state is the committed one
+    unchanged = _independently_checked(database_url)
+    assert set(unchanged.allocations) == {"before"} and unchanged.generation == generation
+    assert store.job("fine") is None and store.job("before").state == RUNNING  # type: ignore[union-attr]
+    writer = Writer(store, on_loop=on_loop)  # the writer then runs that batch's ops one by one
+    ops: list[PlaceOp | EndOp] = [PlaceOp(job("fine"), PLACE), EndOp("before"), PlaceOp(job("poison"), PLACE)]
+
+    async def scenario() -> list[BaseException | OpResult]:
+        return list(await asyncio.gather(*(writer.run(op) for op in ops), return_exceptions=True))
+
+    results = asyncio.run(scenario())
+    writer.stop()
+    assert isinstance(results[0], Placed) and results[0].committed and results[1] is True
+    assert isinstance(results[2], Exception) and "refused by the database" in str(results[2])
+    after = _independently_checked(database_url)
+    assert set(after.allocations) == {"fine"} and after.generation == store.cached().generation
