@@ -31,6 +31,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -179,7 +180,8 @@ class WalCheckpoints:
 
     def __init__(self, engine: Engine, every_s: float = CHECKPOINT_EVERY_S) -> None:
         database = engine.url.database if engine.dialect.name == "sqlite" else None
-        self.engine, self.every_s = engine, every_s
+        # a weak reference: a store dropped without ``close()`` takes its engine, and this thread, with it
+        self._engine, self.every_s = weakref.ref(engine), every_s
         self.runs = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -188,7 +190,7 @@ class WalCheckpoints:
             self._thread.start()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.every_s):
+        while not self._stop.wait(self.every_s) and self._engine() is not None:
             try:
                 self.checkpoint()
             except Exception as exc:  # the next pass tries again; the log only grows meanwhile
@@ -196,7 +198,10 @@ class WalCheckpoints:
 
     def checkpoint(self, mode: str = "PASSIVE") -> tuple[int, int, int]:
         """One checkpoint: (busy, frames in the log, frames copied back), as SQLite reports them."""
-        raw = self.engine.raw_connection()
+        engine = self._engine()
+        if engine is None:
+            return 0, 0, 0
+        raw = engine.raw_connection()
         try:
             cursor = raw.cursor()
             busy, frames, copied = cursor.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import shutil
 import sqlite3
 import threading
@@ -226,3 +227,14 @@ def test_sqlite_commits_leave_the_log_to_a_background_checkpoint(tmp_path: Path)
     running.stop()  # stopping checkpoints what is left
     assert "last" in _jobs_in_the_database_file_alone(tmp_path, database)
     assert store_at(f"sqlite:///{database}").snapshot().allocations.keys() == {f"w{k}" for k in range(5)} | {"last"}
+
+
+def test_a_store_dropped_without_closing_takes_its_checkpoint_thread_with_it(tmp_path: Path) -> None:
+    store = SqlStore(make_engine(f"sqlite:///{tmp_path / 'state.db'}"), lambda: CLUSTER)
+    checkpoints = store.checkpoints
+    thread = checkpoints._thread
+    assert thread is not None and thread.is_alive()
+    del store
+    gc.collect()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
