@@ -167,6 +167,12 @@ class _DriverSql:
         return int(cursor.rowcount)
 
 
+def _sqlite_file(engine: Engine) -> str | None:
+    """The path of the engine's SQLite database file; ``None`` for other databases and in memory."""
+    database = engine.url.database if engine.dialect.name == "sqlite" else None
+    return database if database and database != ":memory:" else None
+
+
 class WalCheckpoints:
     """Copies an SQLite database's write-ahead log back into the database file every ``every_s``
     seconds, in a thread of its own (a passive checkpoint: it waits for no reader or writer).
@@ -179,13 +185,13 @@ class WalCheckpoints:
     databases and in memory."""
 
     def __init__(self, engine: Engine, every_s: float = CHECKPOINT_EVERY_S) -> None:
-        database = engine.url.database if engine.dialect.name == "sqlite" else None
+        database = _sqlite_file(engine)
         # a weak reference: a store dropped without ``close()`` takes its engine, and this thread, with it
         self._engine, self.every_s = weakref.ref(engine), every_s
         self.runs = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        if database and database != ":memory:":
+        if database:
             self._thread = threading.Thread(target=self._loop, name="sqlite-checkpoints", daemon=True)
             self._thread.start()
 
@@ -228,8 +234,8 @@ class _WritersQueue:
     The kernel wakes the next one the moment the lock is free. No-op for other databases and in memory."""
 
     def __init__(self, engine: Engine) -> None:
-        database = engine.url.database if engine.dialect.name == "sqlite" else None
-        self._path = f"{database}-writers.lock" if database and database != ":memory:" else None
+        database = _sqlite_file(engine)
+        self._path = f"{database}-writers.lock" if database else None
         self._fd: int | None = None
 
     def __enter__(self) -> None:
@@ -368,9 +374,8 @@ class SqlStore:
         _create_schema(engine, self._writers)
         self.checkpoints = WalCheckpoints(engine)
         self._lock = threading.RLock()
-        database = engine.url.database if engine.dialect.name == "sqlite" else None
         # the group commit's own connection to an SQLite file (:meth:`_apply_on_own_connection`)
-        self._own_fairy = engine.raw_connection() if database and database != ":memory:" else None
+        self._own_fairy = engine.raw_connection() if _sqlite_file(engine) else None
         self._own: Any = self._own_fairy.driver_connection if self._own_fairy is not None else None
         with self._write() as conn:
             now = time.time()
