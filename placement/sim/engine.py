@@ -35,10 +35,13 @@ from placement.online import PlacementConfig
 from placement.policies import OnlinePolicy, online_policy
 from placement.sim.jobs import SimJob
 from placement.sim.queues import QueuePolicy, WaitingQueue
-from placement.snapshot import MILLI, Allocation, ClusterSnapshot, apply, release
+from placement.sim.runtime import Runtime, TraceRuntime
+from placement.snapshot import MILLI, Allocation, ClusterSnapshot, Layout, apply, release
 from placement.working import type_mask_of
 
 FINISH, ARRIVE, TICK = 0, 1, 2
+Event = tuple[float, int, int, int]
+"""(time, kind, job index, version of the job's end it announces)."""
 
 
 @dataclass
@@ -52,6 +55,10 @@ class JobRecord:
     end_s: float | None = None
     never_fits: bool = False
     reasons: tuple[str, ...] = ()
+    lost_type_s: float = 0.0
+    lost_spread_s: float = 0.0
+    lost_share_s: float = 0.0
+    """Seconds lost against the job's reference placement, by cause (``placement.sim.runtime``)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,7 @@ class SimResult:
     decisions: int = 0
     batch_stops: Counter[str] = field(default_factory=Counter)
     """Batch windows by how their solver stopped ("stall", "time", "optimal", ...)."""
+    runtime: str = "trace"
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,9 @@ class _State:
     waiting: WaitingQueue
     free: list[int]
     """Free GPU milli, CPU milli and memory MiB of the whole cluster."""
+    runtime: Runtime
+    version: list[int]
+    """Per job, the version of its end event now due: an end moved by a neighbour leaves a stale one."""
     new: list[int] = field(default_factory=list)
     freed: bool = False
     tick_pending: bool = False
@@ -124,19 +135,22 @@ class _State:
 
 def simulate(cluster: Cluster, jobs: Sequence[SimJob], policy: str, queue: QueuePolicy,
              config: PlacementConfig | None = None, progress: Callable[[int], None] | None = None,
-             max_tries_per_pass: int = 256, batch: BatchWindow | None = None) -> SimResult:
+             max_tries_per_pass: int = 256, batch: BatchWindow | None = None,
+             runtime: Callable[[Sequence[SimJob], Layout], Runtime] | None = None) -> SimResult:
     """Replay ``jobs`` on ``cluster`` with online placement ``policy`` and the order of ``queue``
-    (with ``batch``, placement by a batch policy at window ends instead)."""
+    (with ``batch``, placement by a batch policy at window ends instead). ``runtime`` makes the
+    runtime that says how long a started job runs (default: its trace duration)."""
     place = online_policy(policy, config, explain=False)
     explained = online_policy(policy, config)
     records = [JobRecord(j.job_id, j.user, j.submit_s, j.duration_s, j.job.gpus) for j in jobs]
     demands = [_Demand.of(j) for j in jobs]
     empty = ClusterSnapshot.empty(cluster)
     layout = empty.layout
+    runs = runtime(jobs, layout) if runtime is not None else TraceRuntime(jobs)
     state = _State(empty, queue.new_queue(), [len(layout.gpu_machine) * MILLI, int(layout.cpu_cap.sum()),
-                                              int(layout.mem_cap.sum())])
-    result = SimResult(records, total_gpus=float(cluster.total_gpus))
-    events = [(j.submit_s, ARRIVE, i) for i, j in enumerate(jobs)]
+                                              int(layout.mem_cap.sum())], runs, [0] * len(jobs))
+    result = SimResult(records, total_gpus=float(cluster.total_gpus), runtime=runs.name)
+    events = [(j.submit_s, ARRIVE, i, 0) for i, j in enumerate(jobs)]
     heapq.heapify(events)
     capacity = (float(cluster.total_gpus), float(sum(m.cpu_cores for m in cluster.machines)))
     seen = 0
@@ -144,11 +158,14 @@ def simulate(cluster: Cluster, jobs: Sequence[SimJob], policy: str, queue: Queue
         now = events[0][0]
         tick = False
         while events and events[0][0] == now:
-            _, kind, i = heapq.heappop(events)
+            _, kind, i, version = heapq.heappop(events)
             if kind == FINISH:
+                if version != state.version[i]:
+                    continue  # its end moved since this event was due
                 state.snapshot = release(state.snapshot, jobs[i].job_id)
                 _account(state, jobs[i], demands[i], -1)
                 state.freed = True
+                _finish(state, i, now, events, records)
             elif kind == ARRIVE:
                 _arrive(state, jobs[i], i, demands[i], place, explained, empty, records)
                 seen += 1
@@ -165,7 +182,7 @@ def simulate(cluster: Cluster, jobs: Sequence[SimJob], policy: str, queue: Queue
             _batch(state, jobs, demands, batch, now, events, records, result, shares)
         if batch is not None and len(state.waiting) and not state.tick_pending and (state.new or state.freed):
             state.new, state.freed, state.tick_pending = [], False, True
-            heapq.heappush(events, (math.ceil(now / batch.every_s) * batch.every_s, TICK, -1))
+            heapq.heappush(events, (math.ceil(now / batch.every_s) * batch.every_s, TICK, -1, 0))
         _sample(state, now, result)
     return result
 
@@ -198,7 +215,7 @@ def _could_start(state: _State, job: SimJob, demand: _Demand) -> bool:
 
 
 def _schedule(state: _State, jobs: Sequence[SimJob], demands: Sequence[_Demand], place: OnlinePolicy, now: float,
-              events: list[tuple[float, int, int]], records: list[JobRecord], result: SimResult,
+              events: list[Event], records: list[JobRecord], result: SimResult,
               shares: dict[str, float], max_tries: int) -> None:
     """Offer waiting jobs to the policy. Without a completion since the last pass, the old waiting jobs
     cannot fit (nothing was freed), so only the new arrivals are offered."""
@@ -227,7 +244,7 @@ def _schedule(state: _State, jobs: Sequence[SimJob], demands: Sequence[_Demand],
 
 
 def _batch(state: _State, jobs: Sequence[SimJob], demands: Sequence[_Demand], window: BatchWindow, now: float,
-           events: list[tuple[float, int, int]], records: list[JobRecord], result: SimResult,
+           events: list[Event], records: list[JobRecord], result: SimResult,
            shares: dict[str, float]) -> None:
     """One batch window: the first ``max_jobs`` waiting jobs that could start go to the batch policy."""
     chosen: list[int] = []
@@ -249,12 +266,29 @@ def _batch(state: _State, jobs: Sequence[SimJob], demands: Sequence[_Demand], wi
 
 
 def _start(state: _State, jobs: Sequence[SimJob], demands: Sequence[_Demand], i: int, allocation: Allocation,
-           now: float, events: list[tuple[float, int, int]], records: list[JobRecord]) -> None:
+           now: float, events: list[Event], records: list[JobRecord]) -> None:
     state.snapshot = apply(state.snapshot, allocation)
     state.waiting.remove(i)
     _account(state, jobs[i], demands[i], +1)
-    records[i].start_s, records[i].end_s = now, now + jobs[i].duration_s
-    heapq.heappush(events, (now + jobs[i].duration_s, FINISH, i))
+    records[i].start_s = now
+    _due(state, state.runtime.start(i, allocation, now), events, records)
+
+
+def _finish(state: _State, i: int, now: float, events: list[Event], records: list[JobRecord]) -> None:
+    """Book a job's end; the jobs it shared GPUs with get new end times."""
+    records[i].end_s = now
+    moved = state.runtime.finish(i, now)
+    lost = state.runtime.lost(i)
+    records[i].lost_type_s, records[i].lost_spread_s, records[i].lost_share_s = lost.type_s, lost.spread_s, \
+        lost.share_s
+    _due(state, moved, events, records)
+
+
+def _due(state: _State, ends: list[tuple[int, float]], events: list[Event], records: list[JobRecord]) -> None:
+    for j, end in ends:
+        state.version[j] += 1
+        records[j].end_s = end
+        heapq.heappush(events, (end, FINISH, j, state.version[j]))
 
 
 def _may_fit(state: _State, job: SimJob, demand: _Demand) -> bool:

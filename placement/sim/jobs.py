@@ -3,6 +3,10 @@
 Estimates arrive with the job (attached before replay by whatever estimator the caller chose), so
 this package never imports the ML stack: ``estimates`` maps an estimator name (``user``, ``group``,
 ``model``, ...) to a predicted duration in seconds; NaN where that estimator has nothing to say.
+
+``workload_class`` and ``reference_gpu_type`` say how the job's speed depends on its placement
+(``placement.speed``): which measured workload it behaves like, and the GPU type its trace duration was
+measured on. Empty means unknown: the job then runs at its trace speed wherever it is placed.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ class SimJob:
     submit_s: float
     duration_s: float
     estimates: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    workload_class: str = ""
+    reference_gpu_type: str = ""
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.submit_s) or not math.isfinite(self.duration_s) or self.duration_s < 0:
