@@ -8,7 +8,7 @@ import sys
 import typer
 
 from placement.errors import InputError
-from service import cli_cluster, cli_data, cli_loop, cli_models, cli_serve, cli_sim, quickstart
+from service import cli_cluster, cli_data, cli_loop, cli_models, cli_performance, cli_serve, cli_sim, quickstart
 from service.console import make_console
 
 app = typer.Typer(name="gpuplace", help="Resource estimation and placement for deep-learning jobs on GPU clusters.",
@@ -23,6 +23,7 @@ app.command("retrain")(cli_loop.retrain)
 cli_models.models_app.command("drift")(cli_loop.drift)
 app.add_typer(cli_models.models_app, name="models")
 app.add_typer(cli_sim.app, name="simulate")
+app.add_typer(cli_performance.app, name="performance")
 app.command("serve")(cli_serve.serve)
 
 INPUT_ERRORS = (InputError,)

@@ -1,0 +1,1 @@
+"""Fitting the job-performance model from real profiles."""
