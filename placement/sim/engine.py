@@ -2,8 +2,9 @@
 
 At every event time the simulator first applies completions (releasing their resources), then
 arrivals, then offers the waiting jobs to the placement policy in the queue policy's order. Every
-job that fits is started (later jobs may start ahead of a blocked earlier one: backfilling, up to
-``max_tries_per_pass`` jobs looked at per pass); the rest wait. A job that could not fit the cluster
+job that fits is started (later jobs may start ahead of a blocked earlier one: backfilling); the rest
+wait. Every waiting job that could fit is offered: ``placement.sim.pass_memo`` makes the jobs that
+cannot cheap to pass over. A job that could not fit the cluster
 even empty is reported and dropped, never silently. The replay is deterministic: ties break by event
 kind, arrival and job id; policies are seeded.
 
@@ -34,6 +35,7 @@ from placement.feasibility import Need, need_of
 from placement.online import PlacementConfig
 from placement.policies import OnlinePolicy, online_policy
 from placement.sim.jobs import SimJob
+from placement.sim.pass_memo import PassMemo, Sizes
 from placement.sim.queues import QueuePolicy, WaitingQueue
 from placement.sim.runtime import Runtime, TraceRuntime
 from placement.snapshot import MILLI, Allocation, ClusterSnapshot, Layout, apply, release
@@ -99,6 +101,9 @@ class _Demand:
     mem_mib: int
     needs: tuple[Need, ...]
     shape: tuple[str, ...]
+    gpu_part: tuple[tuple[int, int, int, tuple[str, ...]], ...]
+    """Per task: whole GPUs, GPU share (milli) and instances, allowed types."""
+    sizes: Sizes
 
     @staticmethod
     def of(job: SimJob) -> _Demand:
@@ -108,7 +113,10 @@ class _Demand:
         cpu = sum(n.cpu_milli * t.instances for n, t in zip(needs, job.job.tasks, strict=True))
         mem = sum(n.mem_mib * t.instances for n, t in zip(needs, job.job.tasks, strict=True))
         whole = sum(n.whole_gpus * t.instances for n, t in zip(needs, job.job.tasks, strict=True))
-        return _Demand(gpu, whole, cpu, mem, needs, tuple(repr(t) for t in job.job.tasks))  # repr: NaN-safe key
+        gpu_part = tuple((n.whole_gpus, n.gpu_milli, t.instances, tuple(sorted(t.gpu_types)) if t.gpu else ())
+                         for n, t in zip(needs, job.job.tasks, strict=True))
+        return _Demand(gpu, whole, cpu, mem, needs, tuple(repr(t) for t in job.job.tasks),  # repr: NaN-safe key
+                       gpu_part, tuple((n.cpu_milli, n.mem_mib) for n in needs))
 
 
 @dataclass
@@ -135,7 +143,7 @@ class _State:
 
 def simulate(cluster: Cluster, jobs: Sequence[SimJob], policy: str, queue: QueuePolicy,
              config: PlacementConfig | None = None, progress: Callable[[int], None] | None = None,
-             max_tries_per_pass: int = 256, batch: BatchWindow | None = None,
+             batch: BatchWindow | None = None,
              runtime: Callable[[Sequence[SimJob], Layout], Runtime] | None = None) -> SimResult:
     """Replay ``jobs`` on ``cluster`` with online placement ``policy`` and the order of ``queue``
     (with ``batch``, placement by a batch policy at window ends instead). ``runtime`` makes the
@@ -176,7 +184,7 @@ def simulate(cluster: Cluster, jobs: Sequence[SimJob], policy: str, queue: Queue
         shares = ({u: max(state.user_gpu[u] / max(capacity[0], 1.0), state.user_cpu[u] / max(capacity[1], 1.0))
                    for u in state.user_gpu} if queue.uses_shares else {})
         if batch is None:
-            _schedule(state, jobs, demands, place, now, events, records, result, shares, max_tries_per_pass)
+            _schedule(state, jobs, demands, place, now, events, records, result, shares)
         elif tick:  # the window sees every arrival and completion so far
             state.new, state.freed = [], False
             _batch(state, jobs, demands, batch, now, events, records, result, shares)
@@ -216,29 +224,28 @@ def _could_start(state: _State, job: SimJob, demand: _Demand) -> bool:
 
 def _schedule(state: _State, jobs: Sequence[SimJob], demands: Sequence[_Demand], place: OnlinePolicy, now: float,
               events: list[Event], records: list[JobRecord], result: SimResult,
-              shares: dict[str, float], max_tries: int) -> None:
-    """Offer waiting jobs to the policy. Without a completion since the last pass, the old waiting jobs
-    cannot fit (nothing was freed), so only the new arrivals are offered."""
+              shares: dict[str, float]) -> None:
+    """Offer every waiting job to the policy that could start. Without a completion since the last pass,
+    the old waiting jobs cannot fit (nothing was freed), so only the new arrivals are offered."""
     if not state.freed and not state.new:
         return
     offer: Iterable[int] = (state.waiting.ordered(shares) if state.freed
                             else state.waiting.order_of(state.new, shares))
     state.new, state.freed = [], False
-    failed_shapes: set[tuple[str, ...]] = set()
-    for tries, i in enumerate(offer):
-        if tries >= max_tries:
-            state.freed = True  # not everything was offered: offer again at the next event
-            break
+    memo = PassMemo()
+    for i in offer:
         demand = demands[i]
-        if demand.shape in failed_shapes:
+        if memo.known_to_fail(demand.gpu_part, demand.sizes, demand.shape):
             continue
         if not _could_start(state, jobs[i], demand):
-            failed_shapes.add(demand.shape)  # within a pass the cluster only fills: same answer later
+            if demand.gpu_part not in memo.gpu_checked:  # is it the GPUs? then every job of that GPU part waits
+                memo.gpu_checked[demand.gpu_part] = _may_fit(state, jobs[i], demand, gpu_only=True)
+            memo.could_not_start(demand.gpu_part, demand.sizes)
             continue
         decision = place(state.snapshot, jobs[i].job)
         result.decisions += 1
         if decision.allocation is None:
-            failed_shapes.add(demand.shape)  # same shape on this or a fuller snapshot: same answer
+            memo.refused(demand.shape)
             continue
         _start(state, jobs, demands, i, decision.allocation, now, events, records)
 
@@ -291,10 +298,10 @@ def _due(state: _State, ends: list[tuple[int, float]], events: list[Event], reco
         heapq.heappush(events, (end, FINISH, j, state.version[j]))
 
 
-def _may_fit(state: _State, job: SimJob, demand: _Demand) -> bool:
+def _may_fit(state: _State, job: SimJob, demand: _Demand, gpu_only: bool = False) -> bool:
     """A necessary condition, cheap (a few vector operations): for every task, the allowed machines
     together have room for all its instances, counting per machine how many instances its free whole
-    GPUs (or free GPU shares, GPU by GPU), CPU and memory could each hold."""
+    GPUs (or free GPU shares, GPU by GPU), CPU and memory (unless ``gpu_only``) could each hold."""
     snapshot = state.snapshot
     layout = snapshot.layout
     big = np.int64(1 << 40)
@@ -305,9 +312,9 @@ def _may_fit(state: _State, job: SimJob, demand: _Demand) -> bool:
             room = _share_room(state, need.gpu_milli)
         else:
             room = np.full(len(layout.cpu_cap), big)
-        if need.cpu_milli:
+        if need.cpu_milli and not gpu_only:
             room = np.minimum(room, (layout.cpu_cap - snapshot.cpu_used) // need.cpu_milli)
-        if need.mem_mib:
+        if need.mem_mib and not gpu_only:
             room = np.minimum(room, (layout.mem_cap - snapshot.mem_used) // need.mem_mib)
         if task.gpu > 0 and task.gpu_types:
             room = room[type_mask_of(layout, task.gpu_types)]

@@ -12,8 +12,8 @@ measured on. Empty means unknown: the job then runs at its trace speed wherever 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from placement.demand import Job
@@ -40,3 +40,10 @@ class SimJob:
     def estimate(self, name: str) -> float:
         """The named estimate, falling back to the true duration's absence: NaN if not given."""
         return float(self.estimates.get(name, math.nan))
+
+
+def without_sharing(jobs: Sequence[SimJob]) -> list[SimJob]:
+    """The same jobs with every share of a GPU rounded up to a whole GPU: nobody shares a GPU."""
+    return [job if not any(t.shares_gpu for t in job.job.tasks) else
+            replace(job, job=replace(job.job, tasks=tuple(replace(t, gpu=1.0) if t.shares_gpu else t
+                                                          for t in job.job.tasks))) for job in jobs]

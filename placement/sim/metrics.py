@@ -7,16 +7,19 @@
 * fragmentation = time-weighted mean of free GPUs / cluster GPUs over the periods when at least one
   job waits: capacity that is free but that no waiting job can use.
 * slowdown of a job = JCT / max(duration, 1 s); per user the mean, then over users the mean and p95.
+* GPU-hours = sum over finished jobs of GPUs x (end - start) / 3600; lost to type, spread and sharing
+  = sum of GPUs x the job's seconds lost to each cause (``placement.sim.runtime``) / 3600.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from placement.sim.engine import SimResult
+from placement.sim.engine import JobRecord, SimResult
 
 
 def summarise(result: SimResult) -> dict[str, Any]:
@@ -34,6 +37,7 @@ def summarise(result: SimResult) -> dict[str, Any]:
                 "jct_p95_s": float(np.percentile(jct, 95)), "wait_mean_s": float(wait.mean()),
                 "makespan_s": float(max(r.end_s for r in finished if r.end_s is not None)
                                     - min(r.submit_s for r in result.records))}
+    out |= _gpu_hours(finished)
     out |= _time_weighted(result)
     out |= _slowdown(result)
     return out
@@ -66,3 +70,12 @@ def _slowdown(result: SimResult) -> dict[str, float]:
     if not len(means):
         return {}
     return {"user_slowdown_mean": float(means.mean()), "user_slowdown_p95": float(np.percentile(means, 95))}
+
+
+def _gpu_hours(finished: list[JobRecord]) -> dict[str, float]:
+    def total(seconds: Callable[[JobRecord], float]) -> float:
+        return sum(r.gpus * seconds(r) for r in finished) / 3600.0
+
+    return {"gpu_hours": total(lambda r: (r.end_s or 0.0) - (r.start_s or 0.0)),
+            "lost_type_gpu_h": total(lambda r: r.lost_type_s), "lost_spread_gpu_h": total(lambda r: r.lost_spread_s),
+            "lost_share_gpu_h": total(lambda r: r.lost_share_s)}

@@ -104,3 +104,21 @@ def test_estimate_missing_sorts_as_the_median_of_earlier_estimates() -> None:
             job("x", 2, 3, 10)]
     records = {r.job_id: r for r in simulate(CLUSTER, jobs, "first-fit", queue_policy("sjf-guess")).records}
     assert records["p"].start_s < records["x"].start_s < records["q"].start_s
+
+
+def test_every_waiting_job_that_could_fit_is_offered_however_long_the_queue() -> None:
+    # m0: 2 GPUs, 16 cores. 'hold' (1 GPU, 10 cores) runs until 1000 and 'blocker' (1 GPU, 1 core) until 50.
+    # 300 jobs that each need 1 GPU and more than the 6 free cores arrive at t=1 and wait for 'hold';
+    # 'small' (1 GPU, 1 core) arrives at t=2 behind them. When 'blocker' ends at 50, 'small' is offered
+    # in that pass and starts at once, behind 300 jobs of 300 different shapes.
+    cluster = build_cluster("synthetic", [Machine("m0", "T4", 2, 16, 64)])
+
+    def cpu_job(job_id: str, submit: float, duration: float, cores: float) -> SimJob:
+        return SimJob(Job(job_id, (Task(Role.WORKER, 1, gpu=1, cpu_cores=cores),)), "u", submit, duration)
+
+    jobs = [cpu_job("hold", 0, 1000, 10), cpu_job("blocker", 0, 50, 1)]
+    jobs += [cpu_job(f"wide{k:03d}", 1, 10, 7 + k / 100) for k in range(300)]
+    jobs.append(cpu_job("small", 2, 10, 1))
+    records = {r.job_id: r for r in simulate(cluster, jobs, "first-fit", queue_policy("fifo")).records}
+    assert records["small"].start_s == 50
+    assert records["wide000"].start_s == 1000  # FIFO among the wide ones once 'hold' has gone
