@@ -64,6 +64,8 @@ class Job:
     tasks: tuple[Task, ...]
     duration_s: float = math.nan
     priority: int = 0
+    workload_class: str = ""
+    """Which profiled workload the job behaves like (``placement.speed``); empty when unknown."""
 
     def __post_init__(self) -> None:
         if not self.job_id:

@@ -98,7 +98,7 @@ class NetworkTally:
             return (task.bandwidth_gbps / self.n_ps) * self.ps.by_level(self.cost)
         if self.footprint.total == 0:
             return np.zeros(len(self.layout.cpu_cap))
-        level = self._nearest_level()
+        level = self.nearest_level()
         return task.bandwidth_gbps * np.asarray(self.cost)[level]
 
     def increment_at(self, task_index: int, machine: int) -> float:
@@ -119,7 +119,8 @@ class NetworkTally:
             level = 2 if fp.domain[self.layout.domain[machine]] > 0 else 3
         return task.bandwidth_gbps * self.cost[level]
 
-    def _nearest_level(self) -> npt.NDArray[np.int64]:
+    def nearest_level(self) -> npt.NDArray[np.int64]:
+        """All-reduce: per machine, the distance level to the nearest machine the job already uses."""
         fp = self.footprint
         # nested: on the machine implies in its rack implies in its domain
         level: npt.NDArray[np.int64] = 3 - ((fp.machine > 0).astype(np.int64) + (fp.rack[self.layout.rack] > 0)

@@ -24,6 +24,7 @@ from placement.explain import failure_reasons
 from placement.feasibility import need_of, violations
 from placement.network import DEFAULT_DISTANCE_COST, NetworkTally, placement_cost
 from placement.snapshot import MILLI, Allocation, ClusterSnapshot, InstancePlacement, Layout, empty_snapshot
+from placement.speed import SpeedModel
 from placement.working import Candidates, WorkingState
 
 FloatArray = npt.NDArray[np.float64]
@@ -38,6 +39,9 @@ class PlacementConfig:
     w_load: float = 1.0
     w_scarce: float = 0.5
     big_job_gpus: float = 8.0
+    speed: SpeedModel | None = None
+    """With a job-performance model, Liquid's network term is the measured time lost to spread
+    (``placement.spread_cost``) for the jobs it knows."""
     gpu_tier: MappingProxyType[str, int] = field(default_factory=lambda: MappingProxyType({
         "CPU": 0, "MISC": 1, "T4": 2, "P100": 2, "G1": 2, "G2": 2, "V100M16": 3, "V100": 3, "G3": 3, "A10": 3,
         "V100M32": 4}))

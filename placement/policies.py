@@ -1,10 +1,11 @@
 """The online policies, registered by name. Each scores candidate machines; lower is better.
 
 * ``liquid`` (default) - Liquid's network-aware best fit: w_network x network-cost increment
-  (``placement.network``) + w_load x load term (workers pack onto busy machines: 1 - allocated share;
-  parameter servers spread: allocated share) + w_scarce x tier of the machine's GPU for a job that
-  does not ask for a GPU type (keeps scarce high-end GPUs for jobs that require them) + a best-fit
-  tie-break (fewest free whole GPUs left).
+  (``placement.network``; with a speed model in the config, the measured seconds lost to spread of
+  ``placement.spread_cost`` for the jobs it knows) + w_load x load term (workers pack onto busy
+  machines: 1 - allocated share; parameter servers spread: allocated share) + w_scarce x tier of the
+  machine's GPU for a job that does not ask for a GPU type (keeps scarce high-end GPUs for jobs that
+  require them) + a best-fit tie-break (fewest free whole GPUs left).
 * ``first-fit`` - the first machine, in cluster order, that fits.
 * ``pack`` - the PAI paper's reserving-and-packing: jobs of at least ``big_job_gpus`` GPUs go to the
   highest-tier machines, smaller ones to the lowest tier; within a tier, the busiest machine.
@@ -21,6 +22,7 @@ import numpy as np
 
 from placement.decision import Decision
 from placement.demand import Job, Role
+from placement.feasibility import need_of
 from placement.online import (
     Chooser,
     Fills,
@@ -33,6 +35,7 @@ from placement.online import (
     place_greedy,
 )
 from placement.snapshot import ClusterSnapshot
+from placement.spread_cost import spread_cost
 
 EPSILON = 1e-6
 
@@ -44,8 +47,10 @@ def _liquid(step: Step) -> FloatArray:
     load = share if task.role is Role.PS and step.job.has_ps else 1.0 - share
     scarce = machine_scarcity(c, step.working.layout) if task.gpu > 0 and not task.gpu_types else 0.0
     fit = EPSILON * step.candidates.free_whole
-    result: FloatArray = c.w_network * step.network.increment(step.task_index) + c.w_load * load + \
-        c.w_scarce * scarce + fit
+    measured = (spread_cost(c.speed, step.network, step.working, need_of(task)) if c.speed is not None
+                else None)
+    network = step.network.increment(step.task_index) if measured is None else measured
+    result: FloatArray = c.w_network * network + c.w_load * load + c.w_scarce * scarce + fit
     return result
 
 

@@ -19,9 +19,12 @@ A placement's **relative throughput** is the product of three factors, each 1 at
   ``level`` is the widest distance class the placement crosses (1 one rack, 2 one domain, 3 several
   domains). The profiles measured machines on one switch only, so the factors for crossing racks and
   domains are an assumption of the model, stated where the model is built.
-* **sharing** = product over the jobs it shares a GPU with of ``colocated[their class]``: the share of
-  its solo throughput a job of this class keeps beside one job of that class (measured in pairs; more
-  neighbours multiply, an assumption). A job on several GPUs runs at its slowest replica's factor.
+* **sharing** = ``1 / (1 + sum over its neighbours on the GPU of share_n x (1 / colocated[class_n] - 1))``.
+  ``colocated[k]`` is the share of its solo throughput a job of this class kept beside one job of class
+  k when both used the whole GPU (measured in pairs), so ``1 / colocated - 1`` is the load that
+  neighbour put on it. Two assumptions extend the pairs: loads of several neighbours add (k equal jobs
+  time-slice to 1/k each), and a neighbour holding a share ``share_n`` of the GPU puts ``share_n`` of a
+  whole-GPU neighbour's load on it. A job on several GPUs runs at its slowest replica's factor.
 
 CPU-only jobs and jobs of an unknown class run at 1: no profile measures them. This module is pure
 data and arithmetic, so the replay (``placement.sim``) applies it without the ML stack that fits it.
@@ -138,15 +141,21 @@ class SpeedModel:
         return known.sync.step_s(reference.replicas, reference.machines, self._network(reference.level)) / \
             known.sync.step_s(placed.replicas, placed.machines, self._network(placed.level))
 
-    def share_factor(self, workload: str, neighbours: Iterable[str]) -> float:
-        """Relative throughput beside ``neighbours`` (the classes of the jobs on the same GPU)."""
+    def step_s(self, workload: str, spread: Spread) -> float | None:
+        """One step of ``workload`` spread as ``spread``, s; None for an unknown class."""
+        known = self.workloads.get(workload)
+        return None if known is None else known.sync.step_s(spread.replicas, spread.machines,
+                                                             self._network(spread.level))
+
+    def share_factor(self, workload: str, neighbours: Iterable[tuple[str, float]]) -> float:
+        """Relative throughput beside ``neighbours``: (class, share of the GPU held) of the other jobs on
+        the same GPU."""
         known = self.workloads.get(workload)
         if known is None:
             return 1.0
-        factor = 1.0
-        for other in neighbours:
-            factor *= known.colocated.get(other, self.default_colocated)
-        return factor
+        load = sum(share * (1.0 / known.colocated.get(other, self.default_colocated) - 1.0)
+                   for other, share in neighbours)
+        return 1.0 / (1.0 + load)
 
     def _network(self, level: int) -> float:
         return self.level_factor[min(max(level, 1), 3) - 1]

@@ -27,6 +27,13 @@ JobsOpt = Annotated[int, typer.Option(min=1, help="jobs to replay")]
 WindowOpt = Annotated[float, typer.Option(min=1.0, help="batch placements (gga, cpsat, ffd): window length, s")]
 LimitOpt = Annotated[float, typer.Option(min=0.05, help="batch placements: solver time limit per window, s")]
 BatchJobsOpt = Annotated[int, typer.Option(min=1, help="batch placements: most jobs handed over per window")]
+RuntimeOpt = Annotated[str, typer.Option(help="measured: a job runs at the speed of the placement it got (GPU type, "
+                                              "spread, shared GPUs; fitted on real profiles); trace: for its "
+                                              "trace duration wherever it runs")]
+SharingOpt = Annotated[bool, typer.Option(help="jobs asking for a share of a GPU share GPUs; --no-sharing gives "
+                                               "each a whole GPU")]
+NetworkOpt = Annotated[str, typer.Option(help="Liquid's network term: measured (seconds lost to spread, from the "
+                                              "fitted profiles) or bandwidth (bandwidth x distance cost)")]
 PLACEMENTS = "liquid, first-fit, pack, balance, random (online), or gga, cpsat, ffd (batch windows)"
 
 
@@ -40,10 +47,12 @@ def simulate(
     placement: Annotated[str, typer.Option(help=PLACEMENTS)] = "liquid",
     gpus: GpusOpt = 6500, rate: RateOpt = 0.0, jobs: JobsOpt = 20000, out: Path | None = None,
     window: WindowOpt = 60.0, batch_limit: LimitOpt = 1.0, batch_jobs: BatchJobsOpt = 64,
+    runtime: RuntimeOpt = "measured", sharing: SharingOpt = True, network_term: NetworkOpt = "measured",
 ) -> None:
     """Replay one queue and placement policy."""
     if ctx.invoked_subcommand is None:
-        _run(trace, cluster, gpus, rate, jobs, [(queue, placement)], out, (window, batch_limit, batch_jobs))
+        _run(trace, cluster, gpus, rate, jobs, [(queue, placement)], out, (window, batch_limit, batch_jobs),
+             (runtime, sharing, network_term))
 
 
 @app.command("compare")
@@ -54,19 +63,28 @@ def compare(
     "fifo,sjf-oracle,sjf-user,sjf-group,sjf-group-gpu,sjf-model,sjf-alibaba-group-gpu",
     placements: Annotated[str, typer.Option(help=f"comma-separated: {PLACEMENTS}")] = "liquid",
     window: WindowOpt = 60.0, batch_limit: LimitOpt = 1.0, batch_jobs: BatchJobsOpt = 64,
+    runtime: RuntimeOpt = "measured", sharing: SharingOpt = True, network_term: NetworkOpt = "measured",
 ) -> None:
     """Several queue x placement policies on the same jobs, side by side."""
     runs = [(q, p) for q in queues.split(",") for p in placements.split(",")]
-    _run(trace, cluster, gpus, rate, jobs, runs, out, (window, batch_limit, batch_jobs))
+    _run(trace, cluster, gpus, rate, jobs, runs, out, (window, batch_limit, batch_jobs),
+         (runtime, sharing, network_term))
 
 
 def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs: list[tuple[str, str]],
-         out: Path | None, batch: tuple[float, float, int]) -> None:
+         out: Path | None, batch: tuple[float, float, int], how: tuple[str, bool, str]) -> None:
     from placement.batch import BATCH_POLICIES
     from placement.policies import CHOOSERS
     from placement.sim.engine import BatchWindow
+    from placement.sim.jobs import without_sharing
     from placement.sim.queues import queue_policy
-    from training.simulate import cluster_for, compare, openb_jobs, pai_jobs
+    from training.simulate import NETWORK_TERMS, RUNTIMES, cluster_for, compare, openb_jobs, pai_jobs
+
+    runtime, sharing, network_term = how
+    if runtime not in RUNTIMES:
+        raise KeyError(f"unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
+    if network_term not in NETWORK_TERMS:
+        raise KeyError(f"unknown network term {network_term!r}; known: {', '.join(NETWORK_TERMS)}")
 
     for queue, placement in runs:
         queue_policy(queue)  # KeyError naming the known ones
@@ -80,6 +98,7 @@ def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs
         replay = openb_jobs(limit, rate or None)
     else:
         replay = pai_jobs(_champion_duration_model() if needs_model else None, constrain, limit, rate or None)
+    replay = replay if sharing else without_sharing(replay)
     folder = out or home() / "simulations" / f"{trace}-{cluster.name}-{'rate' + str(rate) if rate else 'original'}"
     with Progress(console=console, transient=True) as progress:
         bar = progress.add_task("replaying", total=len(replay) * len(runs))
@@ -89,7 +108,7 @@ def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs
             done[run] = arrived
             progress.update(bar, completed=sum(done.values()), description=f"replaying {run}")
 
-        summary = compare(cluster, replay, runs, folder, tick, window)
+        summary = compare(cluster, replay, runs, folder, tick, window, runtime, network_term=network_term)
     console.print(summary_table(summary))
     console.print(f"summary.json, per-job CSV and plots: {folder}")
 
@@ -110,13 +129,15 @@ def _champion_duration_model() -> Any:
 
 def summary_table(summary: dict[str, Any]) -> Table:
     table = Table("queue/placement", "finished", "never fit", "mean JCT s", "median JCT s", "p95 JCT s", "mean wait s",
-                  "makespan h", "GPU alloc", "fragmentation", "user slowdown",
-                  title=f"{summary['jobs']:,} jobs on {summary['cluster']} ({summary['gpus']:,} GPUs)")
+                  "makespan h", "GPU alloc", "fragmentation", "user slowdown", "GPU-h lost: spread", "sharing",
+                  title=f"{summary['jobs']:,} jobs on {summary['cluster']} ({summary['gpus']:,} GPUs), "
+                        f"{summary.get('runtime', 'trace')} runtime")
     for name, s in summary["runs"].items():
         table.add_row(name, f"{s['finished']:,}", f"{s['never_fit']:,}", _f(s.get("jct_mean_s")),
                       _f(s.get("jct_median_s")), _f(s.get("jct_p95_s")), _f(s.get("wait_mean_s")),
                       _f((s.get("makespan_s") or 0) / 3600, 1), f"{s['gpu_allocation']:.3f}",
-                      f"{s['fragmentation']:.3f}", _f(s.get("user_slowdown_mean"), 2))
+                      f"{s['fragmentation']:.3f}", _f(s.get("user_slowdown_mean"), 2), _f(s.get("lost_spread_gpu_h")),
+                      _f(s.get("lost_share_gpu_h")))
     return table
 
 

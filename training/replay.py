@@ -19,6 +19,7 @@ Estimates attached to every job (seconds; NaN where the estimator has no opinion
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -27,8 +28,10 @@ import pandas as pd
 
 from models.calibrated import CalibratedEstimator
 from placement.demand import Job, Role, Task
+from placement.gpu_types import CPU_ONLY
 from placement.sim.jobs import SimJob
 from training.features import build_features
+from training.performance.workload_class import workload_class
 from training.targets import target_spec
 
 CONSTRAINED = {"T4": frozenset({"T4"}), "P100": frozenset({"P100"}), "V100": frozenset({"V100", "V100M32"})}
@@ -70,10 +73,20 @@ def sim_jobs(table: pd.DataFrame, estimates: pd.DataFrame, constrain_types: bool
     jobs: list[SimJob] = []
     for position, (_, row) in enumerate(rows.iterrows()):
         submit = position * 60.0 / arrivals_per_min if arrivals_per_min else float(row["submit_time_s"]) - first
-        jobs.append(SimJob(_job(row, constrain_types), str(row["user"]) if pd.notna(row["user"]) else "-", submit,
+        job, reference = _with_speed_keys(row, _job(row, constrain_types))
+        jobs.append(SimJob(job, str(row["user"]) if pd.notna(row["user"]) else "-", submit,
                            float(row["duration_s"]),
-                           MappingProxyType({n: float(v[position]) for n, v in values.items()})))
+                           MappingProxyType({n: float(v[position]) for n, v in values.items()}), reference))
     return jobs
+
+
+def _with_speed_keys(row: pd.Series, job: Job) -> tuple[Job, str]:
+    """The job with its workload class (``training.performance.workload_class``), and the GPU type it ran on."""
+    task = job.tasks[0]
+    group = next((str(row[k]) for k in ("group", "user") if k in row and pd.notna(row[k])), job.job_id)
+    ran_on = row.get("assigned_gpu_type")
+    reference = str(ran_on) if pd.notna(ran_on) and str(ran_on) != CPU_ONLY and task.gpu > 0 else ""
+    return replace(job, workload_class=workload_class(task.gpu, task.instances, job.has_ps, group)), reference
 
 
 def _job(row: pd.Series, constrain_types: bool) -> Job:

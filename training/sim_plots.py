@@ -43,3 +43,20 @@ def allocation_over_time(results: dict[str, SimResult], path: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return save_png(fig, path)
+
+
+def jct_by_runtime(table: dict[str, dict[str, float]], path: Path, title: str) -> Path:
+    """Mean JCT per placement policy, one bar per runtime (``table[policy][runtime]``, seconds)."""
+    policies = list(table)
+    runtimes = sorted({r for row in table.values() for r in row})
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    width = 0.8 / max(len(runtimes), 1)
+    for k, runtime in enumerate(runtimes):
+        values = [table[p].get(runtime, np.nan) / 3600.0 for p in policies]
+        ax.bar(np.arange(len(policies)) + k * width, values, width, label=f"{runtime} runtime")
+    ax.set_xticks(np.arange(len(policies)) + width * (len(runtimes) - 1) / 2, policies)
+    ax.set_ylabel("mean job completion time, h")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    return save_png(fig, path)

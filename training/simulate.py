@@ -23,13 +23,19 @@ from models.calibrated import CalibratedEstimator
 from placement.batch import BATCH_POLICIES
 from placement.cluster import Cluster, Machine, build_cluster
 from placement.cluster_io import load_cluster
+from placement.online import PlacementConfig
 from placement.sim.engine import BatchWindow, SimResult, simulate
 from placement.sim.jobs import SimJob
 from placement.sim.metrics import summarise
 from placement.sim.queues import queue_policy
+from placement.sim.runtime import MeasuredRuntime, Runtime
+from placement.snapshot import Layout
+from placement.speed import SpeedModel
+from training.performance.build import fit_speed_model
 from training.replay import causal_estimates, sim_jobs
 from training.sources import get_source
 
+RuntimeFactory = Callable[[Sequence[SimJob], Layout], Runtime]
 CPU_PER_GPU = 23.22
 """CPU cores per GPU of the big node (the PAI trace simulator's ratio)."""
 
@@ -76,24 +82,64 @@ def _with_types(job: SimJob, types: frozenset[str]) -> SimJob:
     return replace(job, job=replace(job.job, tasks=(task,)))
 
 
+RUNTIMES = ("measured", "trace")
+
+
+def runtime_factory(name: str, speed: SpeedModel | None = None) -> RuntimeFactory | None:
+    """What makes the replay's runtime called ``name`` (``None``: the trace runtime); ``measured`` fits the
+    job-performance model on the shipped profiles unless ``speed`` is given."""
+    if name == "trace":
+        return None
+    if name != "measured":
+        raise KeyError(f"unknown runtime {name!r}; known: {', '.join(RUNTIMES)}")
+    model = speed if speed is not None else fit_speed_model()
+
+    def make(jobs: Sequence[SimJob], layout: Layout) -> Runtime:
+        return MeasuredRuntime(jobs, layout, model)
+
+    return make
+
+
+NETWORK_TERMS = ("measured", "bandwidth")
+
+
+def placement_config(network_term: str, speed: SpeedModel | None = None) -> PlacementConfig | None:
+    """Liquid's network term: ``measured`` seconds lost to spread (fits the speed model unless given),
+    or ``bandwidth`` x distance cost (the configuration's default)."""
+    if network_term == "bandwidth":
+        return None
+    if network_term != "measured":
+        raise KeyError(f"unknown network term {network_term!r}; known: {', '.join(NETWORK_TERMS)}")
+    return PlacementConfig(speed=speed if speed is not None else fit_speed_model())
+
+
 def compare(cluster: Cluster, jobs: Sequence[SimJob], runs: Sequence[tuple[str, str]], out: Path,
-            progress: Callable[[str, int], None] | None = None, window: BatchWindow | None = None) -> dict[str, Any]:
+            progress: Callable[[str, int], None] | None = None, window: BatchWindow | None = None,
+            runtime: str = "trace", speed: SpeedModel | None = None,
+            network_term: str = "bandwidth") -> dict[str, Any]:
     """Replay ``jobs`` once per (queue policy, placement policy); write summary JSON, per-job CSV, plots.
 
     A placement named after a batch policy (``gga``, ``cpsat``, ``ffd``) replays with batch windows
-    (``window``'s settings, that policy) instead of online placement.
+    (``window``'s settings, that policy) instead of online placement. ``runtime``: how long a started job
+    runs (``trace`` or ``measured``, see ``placement.sim.runtime``); ``network_term``: Liquid's (see
+    :func:`placement_config`).
     """
     from training.sim_plots import allocation_over_time, jct_cdf
 
     out.mkdir(parents=True, exist_ok=True)
+    if speed is None and "measured" in (runtime, network_term):
+        speed = fit_speed_model()
+    make_runtime = runtime_factory(runtime, speed)
+    config = placement_config(network_term, speed)
     results: dict[str, SimResult] = {}
-    summary: dict[str, Any] = {"cluster": cluster.name, "gpus": cluster.total_gpus, "jobs": len(jobs), "runs": {}}
+    summary: dict[str, Any] = {"cluster": cluster.name, "gpus": cluster.total_gpus, "jobs": len(jobs),
+                               "runtime": runtime, "network_term": network_term, "runs": {}}
     for queue, placement in runs:
         name = f"{queue}/{placement}"
         tick = (lambda n, label=name: progress(label, n)) if progress else None
         batch = replace(window or BatchWindow(), policy=placement) if placement in BATCH_POLICIES else None
-        result = simulate(cluster, jobs, "liquid" if batch else placement, queue_policy(queue), progress=tick,
-                          batch=batch)
+        result = simulate(cluster, jobs, "liquid" if batch else placement, queue_policy(queue), config,
+                          progress=tick, batch=batch, runtime=make_runtime)
         results[name] = result
         summary["runs"][name] = _finite(summarise(result)) | (
             {"batch_window": asdict(batch), "batch_stops": dict(result.batch_stops)} if batch else {})

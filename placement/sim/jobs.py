@@ -4,7 +4,7 @@ Estimates arrive with the job (attached before replay by whatever estimator the 
 this package never imports the ML stack: ``estimates`` maps an estimator name (``user``, ``group``,
 ``model``, ...) to a predicted duration in seconds; NaN where that estimator has nothing to say.
 
-``workload_class`` and ``reference_gpu_type`` say how the job's speed depends on its placement
+The job's ``workload_class`` and ``reference_gpu_type`` say how its speed depends on its placement
 (``placement.speed``): which measured workload it behaves like, and the GPU type its trace duration was
 measured on. Empty means unknown: the job then runs at its trace speed wherever it is placed.
 """
@@ -26,7 +26,6 @@ class SimJob:
     submit_s: float
     duration_s: float
     estimates: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
-    workload_class: str = ""
     reference_gpu_type: str = ""
 
     def __post_init__(self) -> None:
@@ -36,6 +35,10 @@ class SimJob:
     @property
     def job_id(self) -> str:
         return self.job.job_id
+
+    @property
+    def workload_class(self) -> str:
+        return self.job.workload_class
 
     def estimate(self, name: str) -> float:
         """The named estimate, falling back to the true duration's absence: NaN if not given."""

@@ -22,8 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+
 from placement.sim.jobs import SimJob
-from placement.snapshot import MILLI, Allocation, Layout
+from placement.snapshot import MIB_PER_GIB, MILLI, Allocation, Layout
 from placement.speed import SpeedModel, Spread
 
 
@@ -88,9 +90,9 @@ class MeasuredRuntime:
         self.jobs, self.layout, self.model = jobs, layout, model
         self.running: dict[int, _Running] = {}
         self.ended: dict[int, Lost] = {}
-        self.on_gpu: dict[int, set[int]] = {}
-        """Jobs holding a share of each shared GPU."""
-        self.per_machine = _gpus_per_machine(layout)
+        self.on_gpu: dict[int, dict[int, float]] = {}
+        """Jobs holding a share of each shared GPU, with the share (of one GPU) each holds."""
+        self.biggest = _biggest_machines(layout)
 
     def start(self, i: int, allocation: Allocation, now: float) -> list[tuple[int, float]]:
         job = self.jobs[i]
@@ -98,10 +100,15 @@ class MeasuredRuntime:
         types = {self.layout.gpu_types[int(self.layout.gpu_type[p.machine])] for p in gpu_instances}
         type_factor = self.model.type_factor(job.workload_class, types, job.reference_gpu_type) if types else 1.0
         spread_factor = self._spread_factor(job, [p.machine for p in gpu_instances]) if gpu_instances else 1.0
-        shared = tuple(sorted({g for p in gpu_instances if p.gpu_milli < MILLI for g in p.gpus}))
+        held: dict[int, float] = {}
+        for p in gpu_instances:
+            if p.gpu_milli < MILLI:
+                for g in p.gpus:
+                    held[g] = held.get(g, 0.0) + p.gpu_milli / MILLI
+        shared = tuple(sorted(held))
         neighbours = self._settle_neighbours(i, shared, now)
-        for g in shared:
-            self.on_gpu.setdefault(g, set()).add(i)
+        for g, share in held.items():
+            self.on_gpu.setdefault(g, {})[i] = share
         self.running[i] = _Running(job.duration_s, type_factor, spread_factor, shared, now)
         return [self._reschedule(j, now) for j in sorted(neighbours | {i})]
 
@@ -110,7 +117,7 @@ class MeasuredRuntime:
         _settle(run, now)
         self.ended[i] = run.lost
         for g in run.shared_gpus:
-            self.on_gpu[g].discard(i)
+            self.on_gpu[g].pop(i, None)
             if not self.on_gpu[g]:
                 del self.on_gpu[g]
         neighbours = self._settle_neighbours(i, run.shared_gpus, now)
@@ -132,19 +139,24 @@ class MeasuredRuntime:
 
     def _share_factor(self, j: int, shared: tuple[int, ...]) -> float:
         workload = self.jobs[j].workload_class
-        factors = [self.model.share_factor(workload, [self.jobs[k].workload_class for k in sorted(self.on_gpu[g])
-                                                      if k != j]) for g in shared]
+        factors = [self.model.share_factor(workload, [(self.jobs[k].workload_class, share)
+                                                      for k, share in sorted(self.on_gpu[g].items()) if k != j])
+                   for g in shared]
         return min(factors, default=1.0)
 
     def _spread_factor(self, job: SimJob, machines: list[int]) -> float:
         """Spread of the placement against the reference: the same replicas packed on the fewest
-        machines of the reference type (one rack)."""
+        machines of the reference type that hold the job's GPUs, CPU and memory, in as few racks and
+        domains as those machines need."""
         replicas = len(machines)
         placed = Spread(replicas, len(set(machines)), _level(self.layout, set(machines)))
-        per_machine = self.per_machine.get(job.reference_gpu_type, self.per_machine[""])
-        fewest = max(1, math.ceil(max(job.job.gpus, 1.0) / per_machine))
-        reference = Spread(replicas, min(fewest, replicas), 0 if fewest == 1 else 1)
-        return self.model.spread_factor(job.workload_class, placed, reference)
+        biggest = self.biggest.get(job.reference_gpu_type, self.biggest[""])
+        totals = (max(job.job.gpus, 1.0), sum(t.cpu_cores * t.instances for t in job.job.tasks),
+                  sum(t.mem_gib * t.instances for t in job.job.tasks))
+        fewest = min(replicas, max(1, *(math.ceil(total / cap - 1e-9) for total, cap in zip(totals, biggest[:3],
+                                                                                          strict=True) if cap > 0)))
+        level = 0 if fewest == 1 else 1 if fewest <= biggest[3] else 2 if fewest <= biggest[4] else 3
+        return self.model.spread_factor(job.workload_class, placed, Spread(replicas, fewest, level))
 
 
 def _settle(run: _Running, now: float) -> None:
@@ -167,10 +179,15 @@ def _level(layout: Layout, machines: set[int]) -> int:
     return 2 if len({int(layout.domain[m]) for m in machines}) == 1 else 3
 
 
-def _gpus_per_machine(layout: Layout) -> dict[str, int]:
-    """Most GPUs on one machine, per GPU type ("" = of any type)."""
-    most: dict[str, int] = {"": max(1, int(layout.gpu_count.max()) if len(layout.gpu_count) else 1)}
-    for m, count in enumerate(layout.gpu_count.tolist()):
-        name = layout.gpu_types[int(layout.gpu_type[m])]
-        most[name] = max(most.get(name, 1), int(count))
-    return most
+def _biggest_machines(layout: Layout) -> dict[str, tuple[float, float, float, int, int]]:
+    """Per GPU type ("" = any): the most GPUs, CPU cores and memory GiB of one machine, and the most
+    machines of that type in one rack and in one domain."""
+    found: dict[str, tuple[float, float, float, int, int]] = {}
+    names = [layout.gpu_types[int(t)] for t in layout.gpu_type.tolist()]
+    for name in {"", *names}:
+        chosen = [m for m, n in enumerate(names) if name in ("", n)]
+        racks = np.bincount(layout.rack[chosen]) if chosen else np.zeros(1, np.int64)
+        domains = np.bincount(layout.domain[chosen]) if chosen else np.zeros(1, np.int64)
+        found[name] = (float(layout.gpu_count[chosen].max(initial=1)), layout.cpu_cap[chosen].max(initial=0) / MILLI,
+                       layout.mem_cap[chosen].max(initial=0) / MIB_PER_GIB, int(racks.max()), int(domains.max()))
+    return found

@@ -69,3 +69,16 @@ def test_service_benchmark_runs_and_writes_its_figures(tmp_path: Path) -> None:
         assert figures[name]["requests"] > 0 and figures[name]["errors"] == 0
     assert figures["place"]["durable_placements_per_s"] > 0
     assert figures["place_closed_loop"]["durable_placements_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_runtime_benchmark_runs_and_writes_its_figures(tmp_path: Path) -> None:
+    command = [sys.executable, "tests/benchmarks/bench_runtime.py", "--jobs", "300", "--rate", "600",
+               "--policies", "liquid,balance", "--out", str(tmp_path)]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads((tmp_path / "runtime.json").read_text())
+    assert {"pai", "big-node", "sharing", "holdout"} <= set(figures)
+    assert set(figures["pai"]["liquid"]) == {"trace", "measured"}
+    assert (tmp_path / "jct-pai.png").stat().st_size > 0
+    assert "Hold-out errors" in proc.stdout

@@ -27,7 +27,7 @@ MODEL = SpeedModel(MappingProxyType({
 def job(job_id: str, submit: float, duration: float, gpu: float = 1.0, instances: int = 1,
         types: frozenset[str] = frozenset(), workload: str = "a", reference: str = "V100") -> SimJob:
     task = Task(Role.WORKER, instances, gpu=gpu, gpu_types=types)
-    return SimJob(Job(job_id, (task,)), "u", submit, duration, workload_class=workload,
+    return SimJob(Job(job_id, (task,), workload_class=workload), "u", submit, duration,
                   reference_gpu_type=reference)
 
 
@@ -64,14 +64,24 @@ def test_a_spread_job_pays_for_synchronisation_across_machines() -> None:
 
 def test_sharing_a_gpu_slows_both_jobs_while_they_overlap() -> None:
     cluster = build_cluster("one", [Machine("m0", "V100", 1, 8, 64)])
-    # A (10 s) alone at full speed 0..4 (4 s of work done); B arrives at 4: both at 0.5.
-    # A's remaining 6 s of work take 12 s: A ends at 16. B did 6 s of work by 16, then alone: ends at 20.
+    # beside a whole-GPU "a", an "a" keeps 50%: a load of 1 / 0.5 - 1 = 1. A neighbour holding half the
+    # GPU puts half that load on it: factor 1 / (1 + 0.5) = 2/3.
+    # A (10 s) alone at full speed 0..4 (4 s of work done); B arrives at 4: both at 2/3.
+    # A's remaining 6 s of work take 9 s: A ends at 13. B did 6 s of work by 13, then alone: ends at 17.
     records = replay(cluster, [job("A", 0, 10, gpu=0.5), job("B", 4, 10, gpu=0.5)])
-    assert records["A"].end_s == pytest.approx(16.0)  # type: ignore[attr-defined]
-    assert records["B"].end_s == pytest.approx(20.0)  # type: ignore[attr-defined]
-    # lost to sharing: 12 s at half speed = 6 s each
-    assert records["A"].lost_share_s == pytest.approx(6.0)  # type: ignore[attr-defined]
-    assert records["B"].lost_share_s == pytest.approx(6.0)  # type: ignore[attr-defined]
+    assert records["A"].end_s == pytest.approx(13.0)  # type: ignore[attr-defined]
+    assert records["B"].end_s == pytest.approx(17.0)  # type: ignore[attr-defined]
+    # lost to sharing: 9 s at a third below full speed = 3 s each
+    assert records["A"].lost_share_s == pytest.approx(3.0)  # type: ignore[attr-defined]
+    assert records["B"].lost_share_s == pytest.approx(3.0)  # type: ignore[attr-defined]
+
+
+def test_several_neighbours_add_their_loads() -> None:
+    # beside "a" (load 1) and "b" (load 1 / 0.8 - 1 = 0.25), both on the whole GPU: 1 / (1 + 1.25)
+    assert MODEL.share_factor("a", [("a", 1.0), ("b", 1.0)]) == pytest.approx(1 / 2.25)
+    # four equal whole-GPU jobs time-slice: each keeps a quarter
+    assert MODEL.share_factor("a", [("a", 1.0)] * 3) == pytest.approx(1 / 4)
+    assert MODEL.share_factor("a", []) == 1.0
 
 
 def test_unknown_classes_and_types_run_at_trace_speed() -> None:
@@ -92,3 +102,35 @@ def test_spread_factor_is_one_at_the_reference_and_falls_with_levels() -> None:
 
 def test_the_model_survives_json() -> None:
     assert SpeedModel.from_json(MODEL.to_json()) == MODEL
+
+
+def test_a_job_that_needs_two_machines_for_its_cpu_loses_nothing_on_two() -> None:
+    # 2 x (1 GPU, 6 cores) cannot share one 8-core machine, so its reference is already 2 machines in a rack
+    cluster = build_cluster("cpu", [Machine("m0", "V100", 2, 8, 64), Machine("m1", "V100", 2, 8, 64)])
+    wide = SimJob(Job("wide", (Task(Role.WORKER, 2, gpu=1.0, cpu_cores=6.0),), workload_class="a"), "u", 0, 10,
+                  reference_gpu_type="V100")
+    record = replay(cluster, [wide])["wide"]
+    assert (record.end_s, record.lost_spread_s) == (10.0, 0.0)  # type: ignore[attr-defined]
+
+
+def test_liquid_with_the_speed_model_keeps_a_job_whole_where_plain_liquid_spreads_it() -> None:
+    # m0 and m1 have 1 of 2 GPUs taken (busy: Liquid's load term likes them); m2 is idle. A 2 x 1 GPU job of
+    # class "a" with no bandwidth figure: plain Liquid packs onto the busy m0, then m1 (network term 0);
+    # with the speed model, a start on m0 or m1 would force a second machine (1 s compute + 1 s sync:
+    # 3,600 s lost per hour) and m2 holds both replicas, so the job stays whole on m2.
+    from placement.online import PlacementConfig
+    from placement.policies import online_policy
+    from placement.snapshot import ClusterSnapshot, apply
+
+    cluster = build_cluster("three", [Machine(f"m{k}", "V100", 2, 8, 64) for k in range(3)])
+    snapshot = ClusterSnapshot.empty(cluster)
+    for k in range(2):  # balance puts each on the least allocated machine: m0, then m1
+        held = online_policy("balance")(snapshot, Job(f"held{k}", (Task(Role.WORKER, 1, gpu=1.0),))).allocation
+        assert held is not None
+        snapshot = apply(snapshot, held)
+    pair = Job("pair", (Task(Role.WORKER, 2, gpu=1.0),), workload_class="a")
+    plain = online_policy("liquid")(snapshot, pair).allocation
+    measured = online_policy("liquid", PlacementConfig(speed=MODEL))(snapshot, pair).allocation
+    assert plain is not None and measured is not None
+    assert plain.machines() == {0, 1}
+    assert measured.machines() == {2}

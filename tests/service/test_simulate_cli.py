@@ -52,3 +52,30 @@ def test_unknown_placement_is_named(tmp_path: Path) -> None:
     result = gpuplace("simulate", "--placement", "annealing", "--jobs", "10", home=tmp_path)
     assert result.returncode == 2
     assert "annealing" in result.stderr and "gga" in result.stderr
+
+
+def test_the_measured_runtime_is_the_default_and_the_trace_runtime_ignores_placement(tmp_path: Path) -> None:
+    # 300 real PAI jobs on the real PAI cluster, fast enough to queue: under the measured runtime a job
+    # runs at the speed of where it was placed, under the trace runtime for its trace duration
+    out = {}
+    for runtime in ("measured", "trace"):
+        folder = tmp_path / runtime
+        args = ["simulate", "compare", "--cluster", "pai", "--rate", "600", "--jobs", "300", "--queues", "fifo",
+                "--placements", "liquid,balance", "--out", str(folder)]
+        result = gpuplace(*args, *(["--runtime", "trace"] if runtime == "trace" else []), home=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert f"{runtime} runtime" in result.stdout
+        out[runtime] = json.loads((folder / "summary.json").read_text())
+        assert out[runtime]["runtime"] == runtime
+    trace, measured = out["trace"]["runs"], out["measured"]["runs"]
+    assert all(run["lost_spread_gpu_h"] == 0 and run["lost_share_gpu_h"] == 0 for run in trace.values())
+    # spreading costs time under the measured runtime: balance spreads jobs, liquid keeps them together
+    assert measured["fifo/balance"]["lost_spread_gpu_h"] > measured["fifo/liquid"]["lost_spread_gpu_h"] >= 0
+    per_job = pd.read_csv(folder / "jobs-fifo-liquid.csv")
+    assert {"lost_type_s", "lost_spread_s", "lost_share_s"} <= set(per_job.columns)
+
+
+def test_an_unknown_runtime_is_named(tmp_path: Path) -> None:
+    result = gpuplace("simulate", "--runtime", "wallclock", "--jobs", "10", home=tmp_path)
+    assert result.returncode == 2
+    assert "wallclock" in result.stderr and "measured" in result.stderr
