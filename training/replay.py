@@ -64,8 +64,9 @@ def _first_along(features: pd.DataFrame, chain: tuple[str, ...], stat: str) -> n
 
 
 def sim_jobs(table: pd.DataFrame, estimates: pd.DataFrame, constrain_types: bool,
-             arrivals_per_min: float | None = None) -> list[SimJob]:
-    """Simulator jobs in submission order; with ``arrivals_per_min`` they arrive at that fixed rate."""
+             arrivals_per_min: float | None = None, class_seed: int = 0) -> list[SimJob]:
+    """Simulator jobs in submission order; with ``arrivals_per_min`` they arrive at that fixed rate.
+    ``class_seed`` seeds the workload-class rule (``training.performance.workload_class``)."""
     rows = table.assign(_order=table["submit_time_s"]).sort_values(["_order", "job_id"], kind="stable")
     first = float(rows["submit_time_s"].min())
     aligned = estimates.reindex(rows.index)
@@ -73,20 +74,20 @@ def sim_jobs(table: pd.DataFrame, estimates: pd.DataFrame, constrain_types: bool
     jobs: list[SimJob] = []
     for position, (_, row) in enumerate(rows.iterrows()):
         submit = position * 60.0 / arrivals_per_min if arrivals_per_min else float(row["submit_time_s"]) - first
-        job, reference = _with_speed_keys(row, _job(row, constrain_types))
+        job, reference = _with_speed_keys(row, _job(row, constrain_types), class_seed)
         jobs.append(SimJob(job, str(row["user"]) if pd.notna(row["user"]) else "-", submit,
                            float(row["duration_s"]),
                            MappingProxyType({n: float(v[position]) for n, v in values.items()}), reference))
     return jobs
 
 
-def _with_speed_keys(row: pd.Series, job: Job) -> tuple[Job, str]:
+def _with_speed_keys(row: pd.Series, job: Job, seed: int) -> tuple[Job, str]:
     """The job with its workload class (``training.performance.workload_class``), and the GPU type it ran on."""
     task = job.tasks[0]
     group = next((str(row[k]) for k in ("group", "user") if k in row and pd.notna(row[k])), job.job_id)
     ran_on = row.get("assigned_gpu_type")
     reference = str(ran_on) if pd.notna(ran_on) and str(ran_on) != CPU_ONLY and task.gpu > 0 else ""
-    return replace(job, workload_class=workload_class(task.gpu, task.instances, job.has_ps, group)), reference
+    return replace(job, workload_class=workload_class(task.gpu, task.instances, job.has_ps, group, seed)), reference
 
 
 def _job(row: pd.Series, constrain_types: bool) -> Job:

@@ -51,14 +51,15 @@ def cluster_for(kind: str, gpus: int = 6500) -> tuple[Cluster, bool]:
 
 
 def pai_jobs(model: CalibratedEstimator | None, constrain: bool, limit: int | None, arrivals_per_min: float | None,
-             holdout_share: float = 0.3) -> list[SimJob]:
-    """Later ``holdout_share`` of the shipped PAI job table (first ``limit`` of them), with estimates."""
+             holdout_share: float = 0.3, class_seed: int = 0) -> list[SimJob]:
+    """Later ``holdout_share`` of the shipped PAI job table (first ``limit`` of them), with estimates;
+    ``class_seed`` seeds the workload-class rule."""
     table = get_source("pai2020-jobs").load()
     estimates = causal_estimates(table, "pai2020-jobs", model)
     order = np.argsort(table["submit_time_s"].to_numpy(), kind="stable")
     chosen = order[int(len(order) * (1 - holdout_share)):]
     chosen = chosen[:limit] if limit else chosen
-    return sim_jobs(table.iloc[chosen], estimates.iloc[chosen], constrain, arrivals_per_min)
+    return sim_jobs(table.iloc[chosen], estimates.iloc[chosen], constrain, arrivals_per_min, class_seed)
 
 
 def openb_jobs(limit: int | None, arrivals_per_min: float | None = None) -> list[SimJob]:

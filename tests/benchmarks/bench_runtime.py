@@ -12,8 +12,9 @@ Prints and writes (JSON, PNG):
 4. GPU sharing on against every job on whole GPUs (``measured``, liquid, the PAI cluster).
 
 Jobs: the later 30% of the shipped PAI job table (20,619 jobs, out of sample), arriving in trace order at
-``--rate`` jobs per minute (default 20: 0.78 of the PAI cluster's GPUs asked for on average, so jobs queue;
-at the trace's own times the cluster never queues).
+``--rate`` jobs per minute. Default 60: the jobs then ask for 6,778 GPUs on average over their arrivals
+(peak 11,046) against the cluster's 6,742, so jobs queue. At the trace's own times (5.6 per minute) the
+cluster never queues, and at 20 per minute hardly.
 
     python tests/benchmarks/bench_runtime.py [--jobs N] [--rate R] [--policies P,...] [--out DIR]
 """
@@ -36,7 +37,7 @@ from placement.sim.metrics import summarise  # noqa: E402
 from placement.sim.queues import queue_policy  # noqa: E402
 from placement.speed import SpeedModel  # noqa: E402
 from training.performance.build import fit_speed_model  # noqa: E402
-from training.performance.holdout import holdout, plot_measured_vs_predicted  # noqa: E402
+from training.performance.holdout import holdout, plot_errors, plot_measured_vs_predicted  # noqa: E402
 from training.performance.workload_class import class_mix  # noqa: E402
 from training.sim_plots import jct_by_runtime  # noqa: E402
 from training.simulate import cluster_for, pai_jobs, placement_config, runtime_factory  # noqa: E402
@@ -66,25 +67,34 @@ def replay(cluster_kind: str, jobs: list[SimJob], policy: str, runtime: str, spe
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=None, help="first N out-of-sample jobs (default: all)")
-    parser.add_argument("--rate", type=float, default=20.0, help="arrivals per minute, in trace order")
+    parser.add_argument("--rate", type=float, default=60.0, help="arrivals per minute, in trace order")
     parser.add_argument("--policies", default="liquid,liquid-bandwidth,first-fit,pack,balance,random")
     parser.add_argument("--clusters", default="pai,big-node")
     parser.add_argument("--big-node-gpus", type=int, default=6742, help="GPUs of the big node (PAI's count)")
+    parser.add_argument("--class-seed", type=int, default=0, help="seed of the workload-class rule")
+    parser.add_argument("--level-factor", default="1,2,4",
+                        help="sync multiplier within a rack, across racks, across domains (an assumption)")
+    parser.add_argument("--skip-holdout", action="store_true", help="replays only (for sensitivity runs)")
     parser.add_argument("--out", type=Path, default=REPO / ".gpuplace" / "bench" / "runtime")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    figures: dict[str, Any] = {"rate_per_min": args.rate}
+    rack, across_racks, across_domains = (float(x) for x in args.level_factor.split(","))
+    level_factor = (rack, across_racks, across_domains)
+    figures: dict[str, Any] = {"rate_per_min": args.rate, "class_seed": args.class_seed,
+                               "level_factor": level_factor}
 
-    speed = fit_speed_model()
-    errors, points = holdout()
-    plot_measured_vs_predicted(points, args.out / "holdout-measured-vs-predicted.png")
-    print("Hold-out errors of the job-performance model (real profiles), beside naive baselines:")
-    print(errors.to_string(index=False))
-    figures["holdout"] = errors.to_dict(orient="records")
+    speed = fit_speed_model(level_factor=level_factor)
+    if not args.skip_holdout:
+        errors, points = holdout()
+        plot_measured_vs_predicted(points, args.out / "holdout-measured-vs-predicted.png")
+        plot_errors(errors, args.out / "holdout-errors.png")
+        print("Hold-out errors of the job-performance model (real profiles), beside naive baselines:")
+        print(errors.to_string(index=False))
+        figures["holdout"] = errors.to_dict(orient="records")
 
     for cluster_kind in args.clusters.split(","):
         cluster, constrain = cluster_for(cluster_kind, args.big_node_gpus)
-        jobs = pai_jobs(None, constrain, args.jobs, args.rate)
+        jobs = pai_jobs(None, constrain, args.jobs, args.rate, class_seed=args.class_seed)
         mix = class_mix([j.workload_class for j in jobs], [j.job.gpus for j in jobs])
         figures.setdefault("class_mix_by_gpu", mix)
         print(f"\n{len(jobs):,} PAI jobs at {args.rate}/min on {cluster.name} ({cluster.total_gpus:,} GPUs); "
@@ -97,10 +107,15 @@ def main() -> None:
                        f"{len(jobs):,} PAI jobs at {args.rate}/min on {cluster.name}: mean JCT per policy")
         if cluster_kind == "pai":
             print("GPU sharing (liquid, measured runtime): on, and off (every share rounded up to a whole GPU)")
-            figures["sharing"] = {"on": runs.get("liquid", {}).get("measured") or
-                                  replay(cluster_kind, jobs, "liquid", "measured", speed, args.big_node_gpus),
-                                  "off": replay(cluster_kind, without_sharing(jobs), "liquid", "measured", speed,
-                                                args.big_node_gpus)}
+            on = runs.get("liquid", {}).get("measured") or replay(cluster_kind, jobs, "liquid", "measured", speed,
+                                                                  args.big_node_gpus)
+            off = replay(cluster_kind, without_sharing(jobs), "liquid", "measured", speed, args.big_node_gpus)
+            figures["sharing"] = {"on": on, "off": off}
+            gpus = cluster.total_gpus
+            print(f"  sharing saves {off['gpu_hours'] - on['gpu_hours']:,.0f} GPU-hours of {off['gpu_hours']:,.0f} "
+                  f"({1 - on['gpu_hours'] / off['gpu_hours']:.1%}); mean allocated GPUs "
+                  f"{on['gpu_allocation'] * gpus:,.0f} on, {off['gpu_allocation'] * gpus:,.0f} off; "
+                  f"mean JCT {on['jct_mean_s']:,.0f} s on, {off['jct_mean_s']:,.0f} s off")
     (args.out / "runtime.json").write_text(json.dumps(figures, indent=1))
     print(f"\nfigures and plots written to {args.out}")
 

@@ -200,6 +200,11 @@ def _points(check: str, workload: np.ndarray, config: np.ndarray, measured: Floa
                       for name, predicted in methods.items()], ignore_index=True)[list(POINT_COLUMNS)]
 
 
+_COLOURS = {MODEL: "tab:green", NO_SLOWDOWN: "tab:grey", LINEAR: "tab:orange", "all types equal": "tab:grey",
+            "equal split": "tab:orange", "model, compute scaled to the GPU type": "tab:olive"}
+"""One colour per method in every panel: the model green, the baselines grey and orange."""
+
+
 def plot_measured_vs_predicted(points: pd.DataFrame, path: Path, max_points: int = 1500, seed: int = 0) -> Path:
     """Log-log measured against predicted, one panel per check, the model and each baseline (at most
     ``max_points`` each, a seeded sample: more only hide one another)."""
@@ -209,7 +214,8 @@ def plot_measured_vs_predicted(points: pd.DataFrame, path: Path, max_points: int
         part = points[points["check"] == check]
         for method, rows in reversed(list(part.groupby("method", sort=False))):  # the model last, on top
             rows = rows.sample(n=min(max_points, len(rows)), random_state=seed)
-            ax.scatter(rows["measured"], rows["predicted"], s=6, alpha=0.5, label=str(method))
+            ax.scatter(rows["measured"], rows["predicted"], s=6, alpha=0.5, label=str(method),
+                       color=_COLOURS.get(str(method), "tab:purple"))
         lo, hi = float(part[["measured", "predicted"]].min().min()), float(part[["measured", "predicted"]].max().max())
         ax.plot([lo, hi], [lo, hi], color="red", linewidth=1)
         ax.set(xscale="log", yscale="log", title=check, xlabel="measured")
