@@ -70,6 +70,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=60.0, help="arrivals per minute, in trace order")
     parser.add_argument("--policies", default="liquid,liquid-bandwidth,first-fit,pack,balance,random")
     parser.add_argument("--clusters", default="pai,big-node")
+    parser.add_argument("--runtimes", default="trace,measured")
     parser.add_argument("--big-node-gpus", type=int, default=6742, help="GPUs of the big node (PAI's count)")
     parser.add_argument("--class-seed", type=int, default=0, help="seed of the workload-class rule")
     parser.add_argument("--level-factor", default="1,2,4",
@@ -99,7 +100,7 @@ def main() -> None:
         figures.setdefault("class_mix_by_gpu", mix)
         print(f"\n{len(jobs):,} PAI jobs at {args.rate}/min on {cluster.name} ({cluster.total_gpus:,} GPUs); "
               "GPU share per class: " + ", ".join(f"{k} {v:.1%}" for k, v in mix.items()))
-        runs = {p: {r: replay(cluster_kind, jobs, p, r, speed, args.big_node_gpus) for r in ("trace", "measured")}
+        runs = {p: {r: replay(cluster_kind, jobs, p, r, speed, args.big_node_gpus) for r in args.runtimes.split(",")}
                 for p in args.policies.split(",")}
         figures[cluster_kind] = runs
         jct_by_runtime({p: {r: v["jct_mean_s"] for r, v in rs.items()} for p, rs in runs.items()},
