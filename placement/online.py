@@ -21,7 +21,7 @@ import numpy.typing as npt
 from placement.decision import Decision, Verdict
 from placement.demand import Job, Role, Task
 from placement.explain import failure_reasons
-from placement.feasibility import need_of, violations
+from placement.feasibility import Need, need_of, violations
 from placement.network import DEFAULT_DISTANCE_COST, NetworkTally, placement_cost
 from placement.snapshot import MILLI, Allocation, ClusterSnapshot, InstancePlacement, Layout, empty_snapshot
 from placement.speed import SpeedModel
@@ -59,6 +59,8 @@ class Step:
     network: NetworkTally
     config: PlacementConfig
     placed: list[InstancePlacement]
+    need: Need
+    """The instance's demand in integer units (worked out once per task)."""
 
 
 Chooser = Callable[[Step], FloatArray]
@@ -126,7 +128,7 @@ def _build(snapshot: ClusterSnapshot, job: Job, choose: Chooser, config: Placeme
             candidates = working.candidates(task, need)
             if not candidates.ok.any():
                 return placed, (task_index, candidates), network.total
-            step = Step(job, task_index, candidates, working, network, config, placed)
+            step = Step(job, task_index, candidates, working, network, config, placed, need)
             machine = int(np.argmin(np.where(candidates.ok, choose(step), np.inf)))
             count = min(remaining, max(1, working.room_on(machine, need))) if fill else 1
             for placement in working.take_many(machine, task_index, need, count):

@@ -22,7 +22,6 @@ import numpy as np
 
 from placement.decision import Decision
 from placement.demand import Job, Role
-from placement.feasibility import need_of
 from placement.online import (
     Chooser,
     Fills,
@@ -47,8 +46,7 @@ def _liquid(step: Step) -> FloatArray:
     load = share if task.role is Role.PS and step.job.has_ps else 1.0 - share
     scarce = machine_scarcity(c, step.working.layout) if task.gpu > 0 and not task.gpu_types else 0.0
     fit = EPSILON * step.candidates.free_whole
-    measured = (spread_cost(c.speed, step.network, step.working, need_of(task)) if c.speed is not None
-                else None)
+    measured = spread_cost(c.speed, step.network, step.working, step.need) if c.speed is not None else None
     network = step.network.increment(step.task_index) if measured is None else measured
     result: FloatArray = c.w_network * network + c.w_load * load + c.w_scarce * scarce + fit
     return result

@@ -125,7 +125,8 @@ def extender_prioritize(args: dict[str, Any], rt: ReadRuntime) -> list[dict[str,
         return [{"Host": n, "Score": 0} for n in names]
     snapshot, working, now, _, _ = _check(rt, job)
     config = PlacementConfig()
-    step = Step(job, 0, now, working, NetworkTally(job, snapshot.layout, config.distance_cost), config, [])
+    step = Step(job, 0, now, working, NetworkTally(job, snapshot.layout, config.distance_cost), config, [],
+                need_of(job.tasks[0]))
     cost = CHOOSERS["liquid"](step)
     index = snapshot.cluster.index
     known = [index[n] for n in names if n in index and now.ok[index[n]]]

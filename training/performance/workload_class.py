@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable
+from itertools import repeat
 
 ALL_CLASSES = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
 SMALL = ("cifar10", "ncf")
@@ -51,12 +52,7 @@ def workload_class(gpu_per_instance: float, instances: int, has_ps: bool, group:
 def class_mix(classes: Iterable[str], gpus: Iterable[float] | None = None) -> dict[str, float]:
     """Share of jobs (or, with ``gpus``, of GPUs requested) per class, ``""`` named ``none``."""
     weights: dict[str, float] = {}
-    for name, weight in zip(classes, gpus if gpus is not None else _ones(), strict=False):
+    for name, weight in zip(classes, gpus if gpus is not None else repeat(1.0), strict=False):
         weights[name or "none"] = weights.get(name or "none", 0.0) + weight
     total = sum(weights.values()) or 1.0
     return {name: weights[name] / total for name in sorted(weights)}
-
-
-def _ones() -> Iterable[float]:
-    while True:
-        yield 1.0
