@@ -40,8 +40,8 @@ class PlacementConfig:
     w_scarce: float = 0.5
     big_job_gpus: float = 8.0
     speed: SpeedModel | None = None
-    """With a job-performance model, Liquid's network term is the measured time lost to spread
-    (``placement.spread_cost``) for the jobs it knows."""
+    """With a job-performance model, Liquid's network and type terms are the measured time lost to spread
+    (``placement.spread_cost``) and to the GPU type (``placement.type_cost``) for the jobs it knows."""
     gpu_tier: MappingProxyType[str, int] = field(default_factory=lambda: MappingProxyType({
         "CPU": 0, "MISC": 1, "T4": 2, "P100": 2, "G1": 2, "G2": 2, "V100M16": 3, "V100": 3, "G3": 3, "A10": 3,
         "V100M32": 4}))

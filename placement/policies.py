@@ -3,9 +3,11 @@
 * ``liquid`` (default) - Liquid's network-aware best fit: w_network x network-cost increment
   (``placement.network``; with a speed model in the config, the measured seconds lost to spread of
   ``placement.spread_cost`` for the jobs it knows) + w_load x load term (workers pack onto busy
-  machines: 1 - allocated share; parameter servers spread: allocated share) + w_scarce x tier of the
-  machine's GPU for a job that does not ask for a GPU type (keeps scarce high-end GPUs for jobs that
-  require them) + a best-fit tie-break (fewest free whole GPUs left).
+  machines: 1 - allocated share; parameter servers spread: allocated share) + a GPU-type term + a
+  best-fit tie-break (fewest free whole GPUs left). The type term, for a job of a class the speed model
+  knows, is w_network x the measured seconds lost per hour on the machine's type
+  (``placement.type_cost``); for any other job that does not ask for a GPU type it is w_scarce x the
+  tier of the machine's GPU (keeps scarce high-end GPUs for jobs that require them).
 * ``first-fit`` - the first machine, in cluster order, that fits.
 * ``pack`` - the PAI paper's reserving-and-packing: jobs of at least ``big_job_gpus`` GPUs go to the
   highest-tier machines, smaller ones to the lowest tier; within a tier, the busiest machine.
@@ -35,6 +37,7 @@ from placement.online import (
 )
 from placement.snapshot import ClusterSnapshot
 from placement.spread_cost import spread_cost
+from placement.type_cost import type_cost
 
 EPSILON = 1e-6
 
@@ -44,11 +47,16 @@ def _liquid(step: Step) -> FloatArray:
     task = step.job.tasks[step.task_index]
     share = step.working.gpu_allocated_share()
     load = share if task.role is Role.PS and step.job.has_ps else 1.0 - share
-    scarce = machine_scarcity(c, step.working.layout) if task.gpu > 0 and not task.gpu_types else 0.0
+    typed = type_cost(c.speed, step.working.layout, step.job.workload_class) \
+        if c.speed is not None and task.gpu > 0 else None
+    scarce = machine_scarcity(c, step.working.layout) if task.gpu > 0 and not task.gpu_types and typed is None \
+        else 0.0
     fit = EPSILON * step.candidates.free_whole
     measured = spread_cost(c.speed, step.network, step.working, step.need) if c.speed is not None else None
     network = step.network.increment(step.task_index) if measured is None else measured
     result: FloatArray = c.w_network * network + c.w_load * load + c.w_scarce * scarce + fit
+    if typed is not None:
+        result = result + c.w_network * typed
     return result
 
 

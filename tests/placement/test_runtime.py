@@ -134,3 +134,26 @@ def test_liquid_with_the_speed_model_keeps_a_job_whole_where_plain_liquid_spread
     assert plain is not None and measured is not None
     assert plain.machines() == {0, 1}
     assert measured.machines() == {2}
+
+
+def test_liquid_with_the_speed_model_puts_a_known_job_on_its_fastest_type() -> None:
+    # one P100 and one V100 machine, both idle. Plain Liquid keeps the higher-tier V100 free for jobs that
+    # ask for it by type and sends an untyped job to the P100; with the speed model the class-"a" job
+    # would lose 3,600 s per hour of work on the P100 (half speed) and 0 on the V100, so it takes the
+    # V100. A job of no profiled class still keeps to the tier rule.
+    from placement.online import PlacementConfig
+    from placement.policies import online_policy
+    from placement.snapshot import ClusterSnapshot
+    from placement.type_cost import type_cost
+
+    cluster = build_cluster("two", [Machine("slow", "P100", 2, 8, 64), Machine("fast", "V100", 2, 8, 64)])
+    snapshot = ClusterSnapshot.empty(cluster)
+    known = Job("known", (Task(Role.WORKER, 1, gpu=1.0),), workload_class="a")
+    unknown = Job("unknown", (Task(Role.WORKER, 1, gpu=1.0),), workload_class="zzz")
+    measured = online_policy("liquid", PlacementConfig(speed=MODEL))
+    cost = type_cost(MODEL, snapshot.layout, "a")
+    assert cost is not None and cost.tolist() == [3600.0, 0.0]
+    assert type_cost(MODEL, snapshot.layout, "zzz") is None
+    assert online_policy("liquid")(snapshot, known).allocation.machines() == {0}  # type: ignore[union-attr]
+    assert measured(snapshot, known).allocation.machines() == {1}  # type: ignore[union-attr]
+    assert measured(snapshot, unknown).allocation.machines() == {0}  # type: ignore[union-attr]
