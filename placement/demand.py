@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from placement.speed import SyncCurve
+
 
 class Role(StrEnum):
     PS = "ps"
@@ -66,6 +68,9 @@ class Job:
     priority: int = 0
     workload_class: str = ""
     """Which profiled workload the job behaves like (``placement.speed``); empty when unknown."""
+    sync_curve: SyncCurve | None = None
+    """The job's own iteration-time curve, predicted from the hyperparameters it stated; where given,
+    Liquid's network term charges it rather than its class's."""
 
     def __post_init__(self) -> None:
         if not self.job_id:

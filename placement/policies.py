@@ -36,6 +36,7 @@ from placement.online import (
     place_greedy,
 )
 from placement.snapshot import ClusterSnapshot
+from placement.speed import NO_PROFILES
 from placement.spread_cost import spread_cost
 from placement.type_cost import type_cost
 
@@ -52,7 +53,8 @@ def _liquid(step: Step) -> FloatArray:
     scarce = machine_scarcity(c, step.working.layout) if task.gpu > 0 and not task.gpu_types and typed is None \
         else 0.0
     fit = EPSILON * step.candidates.free_whole
-    measured = spread_cost(c.speed, step.network, step.working, step.need) if c.speed is not None else None
+    measured = spread_cost(c.speed or NO_PROFILES, step.network, step.working, step.need) \
+        if c.speed is not None or step.job.sync_curve is not None else None
     network = step.network.increment(step.task_index) if measured is None else measured
     result: FloatArray = c.w_network * network + c.w_load * load + c.w_scarce * scarce + fit
     if typed is not None:

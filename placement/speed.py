@@ -138,14 +138,14 @@ class SpeedModel:
         known = self.workloads.get(workload)
         if known is None:
             return 1.0
-        return known.sync.step_s(reference.replicas, reference.machines, self._network(reference.level)) / \
-            known.sync.step_s(placed.replicas, placed.machines, self._network(placed.level))
+        return known.sync.step_s(reference.replicas, reference.machines, self.network_factor(reference.level)) / \
+            known.sync.step_s(placed.replicas, placed.machines, self.network_factor(placed.level))
 
     def step_s(self, workload: str, spread: Spread) -> float | None:
         """One step of ``workload`` spread as ``spread``, s; None for an unknown class."""
         known = self.workloads.get(workload)
         return None if known is None else known.sync.step_s(spread.replicas, spread.machines,
-                                                             self._network(spread.level))
+                                                             self.network_factor(spread.level))
 
     def share_factor(self, workload: str, neighbours: Iterable[tuple[str, float]]) -> float:
         """Relative throughput beside ``neighbours``: (class, share of the GPU held) of the other jobs on
@@ -157,7 +157,8 @@ class SpeedModel:
                    for other, share in neighbours)
         return 1.0 / (1.0 + load)
 
-    def _network(self, level: int) -> float:
+    def network_factor(self, level: int) -> float:
+        """Multiplier of cross-machine sync time at distance ``level`` (1 rack, 2 domain, 3 beyond)."""
         return self.level_factor[min(max(level, 1), 3) - 1]
 
     def to_json(self) -> str:
@@ -174,6 +175,11 @@ class SpeedModel:
         aliases = {k: (str(v[0]), float(v[1])) for k, v in raw["type_aliases"].items()}
         return SpeedModel(MappingProxyType(workloads), MappingProxyType(aliases), tuple(raw["level_factor"]),
                           float(raw["default_colocated"]), str(raw["provenance"]))
+
+
+NO_PROFILES = SpeedModel(MappingProxyType({}), provenance="no profiled classes: the assumed level factors only")
+"""The speed model of a placement without profiles: what Liquid charges a job with its own predicted
+curve (``Job.sync_curve``) for crossing racks and domains."""
 
 
 def _plain(value: Any) -> Any:

@@ -143,14 +143,26 @@ def predict(
 
     import pandas as pd
 
+    from training.needs.vocabulary import validate
+
     text = Path(job[1:]).read_text() if job.startswith("@") else job
     try:
         payload = json.loads(text)
     except json.JSONDecodeError as exc:
         raise typer.BadParameter(f"--job is not valid JSON: {exc}") from exc
     rows = payload if isinstance(payload, list) else [payload]
+    if not all(isinstance(row, dict) for row in rows):
+        raise typer.BadParameter("--job must be a JSON object or a list of objects")
+    try:  # hyperparameters may be given as an object; the bundle reads them as JSON text
+        rows = [{**row, "hyperparams": json.dumps(validate(row["hyperparams"]))}
+                if isinstance(row.get("hyperparams"), dict) else row for row in rows]
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
     _, bundle = registry(name).load(version)
-    result = bundle.predict(None, pd.DataFrame(rows))
+    try:
+        result = bundle.predict(None, pd.DataFrame(rows))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
     typer.echo(result.to_json(orient="records", indent=2))
 
 

@@ -72,7 +72,8 @@ async def place(body: PlaceIn, rt: WriteRuntime) -> dict[str, Any]:
         raise HTTPException(422, str(exc.args[0])) from exc
     records = body.records()
     est = await estimate_async(rt, body, records)
-    job = body.to_job(est["duration_s"]["p50"] if est["duration_s"] else math.nan)
+    job = body.to_job(est["duration_s"]["p50"] if est["duration_s"] else math.nan,
+                      [t.get("needs") for t in est["tasks"]])
     if body.dry_run:
         decision, cluster = await run_in_threadpool(_decide_only, rt, policy, job)
         committed = False
@@ -111,8 +112,8 @@ def place_batch(body: BatchIn, rt: WriteRuntime) -> dict[str, Any]:
     if existing:
         raise HTTPException(409, f"jobs already exist (job ids are never reused): {existing[:10]}")
     estimates = estimate_many(rt, body.jobs)
-    jobs = [j.to_job(e["duration_s"]["p50"] if e["duration_s"] else math.nan) for j, e in zip(body.jobs, estimates,
-                                                                                           strict=True)]
+    jobs = [j.to_job(e["duration_s"]["p50"] if e["duration_s"] else math.nan, [t.get("needs") for t in e["tasks"]])
+            for j, e in zip(body.jobs, estimates, strict=True)]
     snapshot = rt.store.snapshot()
     result = batch_policy(body.policy)(snapshot, jobs, body.time_limit_s, body.seed)
     stored = [False] * len(jobs)

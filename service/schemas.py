@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from placement.demand import Job, Role, Task
+from training.needs.estimator import curve_of
+from training.needs.vocabulary import validate as validate_hyperparams
 
 JobId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")]
 # printable: no control characters (PostgreSQL text cannot hold NUL); pydantic's own string check
@@ -57,9 +61,18 @@ class JobIn(BaseModel):
     workload: Name | None = None
     app: Name | None = None
     qos: Name | None = None
-    hyperparams: dict[Annotated[str, StringConstraints(max_length=64)], float | str] | None = Field(
-        None, max_length=64)
+    hyperparams: dict[Annotated[str, StringConstraints(max_length=64)], int | float | str] | None = Field(
+        None, max_length=64, description="what the job trains, in the vocabulary of training.needs.vocabulary "
+                                         "(model_family, parameters, activations, layers, batch_size, precision, "
+                                         "optimizer, ...); unknown keys and wrong types are refused")
     tasks: list[TaskIn] = Field(min_length=1, max_length=64)
+
+    @field_validator("hyperparams", mode="before")
+    @classmethod
+    def _vocabulary(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return validate_hyperparams(value)
+        return value
 
     def records(self) -> list[dict[str, Any]]:
         """One estimator record per task (canonical job fields)."""
@@ -71,8 +84,20 @@ class JobIn(BaseModel):
                  "req_net_gbps": t.bandwidth_gbps, "req_gpu_type": "|".join(t.gpu_types) or None}
                 for i, t in enumerate(self.tasks)]
 
-    def to_job(self, duration_s: float = math.nan) -> Job:
-        return Job(self.job_id, tuple(t.to_task() for t in self.tasks), duration_s)
+    def to_job(self, duration_s: float = math.nan, needs: Sequence[Mapping[str, Any] | None] = ()) -> Job:
+        """The job to place. ``needs``: per task, what its stated hyperparameters answer
+        (``training.needs``): a task on a share of a GPU that states no GPU memory is packed by its
+        predicted P90 peak, and the job is charged its predicted iteration-time curve for spread."""
+        tasks = []
+        for i, t in enumerate(self.tasks):
+            task = t.to_task()
+            answer = needs[i] if i < len(needs) else None
+            p90 = (answer or {}).get("gpu_mem_peak_gib", {}).get("p90")
+            if task.shares_gpu and t.gpu_mem_gib is None and p90 is not None:
+                task = replace(task, gpu_mem_gib=float(p90))
+            tasks.append(task)
+        curve = next((c for c in map(curve_of, needs) if c is not None), None)
+        return Job(self.job_id, tuple(tasks), duration_s, sync_curve=curve)
 
 
 class PlaceIn(JobIn):

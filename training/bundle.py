@@ -7,6 +7,8 @@ One bundle is one registered model version, so promoting it moves every target a
 
 from __future__ import annotations
 
+import json
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -23,6 +25,7 @@ from models.prediction import Prediction
 from training.encoder import JobEncoder
 from training.features import TargetSpec, online_features
 from training.history import HistoryState
+from training.needs.estimator import NeedsEstimator, stated
 from training.schema import COLUMNS, ROLES, conform
 
 JOB_COLUMNS = ("job_id", "task_id", "role", "instances", "submit_time_s", "user", "group", "workload", "app",
@@ -44,9 +47,26 @@ class TargetModel:
 class EstimatorBundle(PythonModel):
     """Per-target estimators plus the history they look jobs up in."""
 
-    def __init__(self, targets: dict[str, TargetModel], version: str = "unregistered") -> None:
+    def __init__(self, targets: dict[str, TargetModel], version: str = "unregistered",
+                 needs: NeedsEstimator | None = None) -> None:
         self.targets = targets
         self.version = version
+        self.needs = needs
+        """Estimators from stated hyperparameters, trained on measurements (``training.needs``)."""
+
+    def needs_of(self, record: Mapping[str, Any]) -> dict[str, Any] | None:
+        """What the record's stated hyperparameters answer (``training.needs.estimator``), or None when it
+        states none or the bundle carries no needs estimators (bundles registered before them)."""
+        needs: NeedsEstimator | None = self.__dict__.get("needs")
+        hyperparams = stated(record.get("hyperparams"))
+        if needs is None or hyperparams is None:
+            return None
+        gpu, instances = record.get("req_gpu"), record.get("instances")
+        gpu = 0.0 if gpu is None or gpu != gpu else float(gpu)
+        count = 1 if instances is None or instances != instances else int(instances)
+        replicas = count * max(1, round(gpu)) if gpu > 0 else 0
+        key = (json.dumps(hyperparams, sort_keys=True), replicas)
+        return self._cache(_NEEDS).answer([key], lambda _: [needs.answer(hyperparams, replicas)])[0]  # type: ignore[no-any-return]
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -71,6 +91,10 @@ class EstimatorBundle(PythonModel):
                 predicted.point, predicted.p50, predicted.p90)
             if predicted.mean is not None:
                 out[f"{name}_mean"] = predicted.mean
+        if "hyperparams" in model_input:
+            for column, values in _needs_columns([self.needs_of({str(k): v for k, v in r.items()})
+                                                           for r in jobs.to_dict("records")]).items():
+                out[column] = values
         out["model_version"] = self.version
         return out
 
@@ -94,9 +118,14 @@ class EstimatorBundle(PythonModel):
             per_record = self._cache(_RECORDS).answer(keys, lambda rows: self._by_features(
                 [records[i] for i in rows], cache=True))
         names = list(self.targets)
-        return [{"model_version": self.version, **{name: dict(zip(_QUANTITIES, values, strict=False))
-                                                  for name, values in zip(names, answer, strict=True)}}
-                for answer in per_record]
+        answers = [{"model_version": self.version, **{name: dict(zip(_QUANTITIES, values, strict=False))
+                                                     for name, values in zip(names, answer, strict=True)}}
+                   for answer in per_record]
+        for record, answer in zip(records, answers, strict=True):
+            needs = self.needs_of(record)
+            if needs is not None:
+                answer["needs"] = needs
+        return answers
 
     def _by_features(self, records: Sequence[Mapping[str, Any]], cache: bool) -> list[tuple[tuple[float, ...], ...]]:
         """Per record, every target's answer, through the per-target caches of feature rows."""
@@ -135,7 +164,7 @@ class EstimatorBundle(PythonModel):
         caches: dict[str, AnswerCache] = self.__dict__.get("_answers", {})
         records = caches.get(_RECORDS)
         from_records = records.hits * len(self.targets) if records else 0
-        per_target = [c for name, c in caches.items() if name != _RECORDS]
+        per_target = [c for name, c in caches.items() if name not in (_RECORDS, _NEEDS)]
         return {"hits": from_records + sum(c.hits for c in per_target), "misses": sum(c.misses for c in per_target)}
 
     def set_cache_rows(self, rows: int) -> None:
@@ -202,6 +231,21 @@ class AnswerCache:
 _MISSING = object()
 _RECORDS = "(records)"
 """The name of the cache of whole answers by record (no target's name has brackets)."""
+_NEEDS = "(needs)"
+"""The name of the cache of answers from stated hyperparameters."""
+
+
+def _needs_columns(answers: list[dict[str, Any] | None]) -> dict[str, list[float]]:
+    """Flat ``needs.<target>_p50`` / ``_p90`` columns (epoch time per GPU type: ``needs.epoch_s.<type>``)."""
+    columns: dict[str, list[float]] = {}
+    for i, answer in enumerate(answers):
+        for target, value in (answer or {}).items():
+            for q in ("p50", "p90"):
+                cells = value[q].items() if isinstance(value[q], dict) else [("", value[q])]
+                for sub, number in cells:
+                    name = f"needs.{target}{'.' + sub if sub else ''}_{q}"
+                    columns.setdefault(name, [math.nan] * len(answers))[i] = float(number)
+    return columns
 _QUANTITIES = ("point", "p50", "p90", "mean")
 
 

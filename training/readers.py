@@ -113,3 +113,36 @@ def _raise_first(
         i = int(bad[0])
         value = text.iloc[i]
         raise DataError(path, f"{column} {problem}", int(lines[i]), column, None if pd.isna(value) else value)
+
+
+def text_cells(raw: pd.DataFrame, column: str, path: Path) -> pd.Series:
+    """``column`` as text; a missing or blank cell is a :class:`DataError` naming its line."""
+    text = raw[column]
+    blank = text.isna().to_numpy(dtype=bool) | (text.fillna("").astype(str).str.strip() == "").to_numpy(dtype=bool)
+    raise_first(raw, column, path, blank, "is missing")
+    return text.astype(str)
+
+
+def integer_cells(raw: pd.DataFrame, column: str, path: Path, *, minimum: int) -> pd.Series:
+    """``column`` as whole numbers of at least ``minimum``."""
+    values = numeric(raw, column, path, allow_missing=False).to_numpy()
+    raise_first(raw, column, path, values != np.floor(values), "must be a whole number")
+    raise_first(raw, column, path, values < minimum, f"must be at least {minimum}")
+    return pd.Series(values.astype(np.int64), index=raw.index)
+
+
+def positive_cells(raw: pd.DataFrame, column: str, path: Path) -> pd.Series:
+    """``column`` as numbers greater than 0."""
+    values = numeric(raw, column, path, allow_missing=False, non_negative=True)
+    raise_first(raw, column, path, values.to_numpy() == 0, "must be greater than 0")
+    return values
+
+
+def raise_first(raw: pd.DataFrame, column: str, path: Path, mask: np.ndarray, problem: str) -> None:
+    """A :class:`DataError` for the first row of ``raw`` where ``mask`` holds (if any)."""
+    bad = np.flatnonzero(mask)
+    if bad.size:
+        i = int(bad[0])
+        value = raw[column].iloc[i]
+        raise DataError(path, f"{column} {problem}", int(line_numbers(raw)[i]), column,
+                        None if pd.isna(value) else value)

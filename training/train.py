@@ -17,6 +17,7 @@ from models.calibrated import CalibratedEstimator
 from models.registry import CHALLENGER, ModelRegistry
 from training.bundle import JOB_COLUMNS, EstimatorBundle, TargetModel
 from training.evaluate import baselines, evaluate, time_split
+from training.needs.estimator import shipped_needs
 from training.report import write_report
 from training.sources import get_source
 from training.targets import TARGETS
@@ -49,12 +50,13 @@ def source_digest(source: str) -> str:
 def train_and_register(registry: ModelRegistry, sources: Sequence[str], algo: str = "rf", seed: int = 0,
                        test_share: float = 0.3, progress: Progress | None = None,
                        params: dict[str, Any] | None = None, tables: Mapping[str, pd.DataFrame] | None = None,
-                       extra_params: Mapping[str, str] | None = None) -> TrainResult:
+                       extra_params: Mapping[str, str] | None = None, needs: bool = True) -> TrainResult:
     """Fit ``algo`` for every target of ``sources``, evaluate on the later ``test_share`` of jobs against
     the causal baselines, log everything and register the bundle with alias ``challenger``.
 
     ``tables`` replaces a source's shipped table (e.g. the trace followed by feedback rows);
-    ``extra_params`` are logged with the run (e.g. which feedback the model saw)."""
+    ``extra_params`` are logged with the run (e.g. which feedback the model saw). ``needs``: carry the
+    estimators from stated hyperparameters (``training.needs``), fitted on the shipped measurements."""
     say = progress or (lambda _: None)
     targets: dict[str, TargetModel] = {}
     metrics: dict[str, float] = {}
@@ -80,8 +82,11 @@ def train_and_register(registry: ModelRegistry, sources: Sequence[str], algo: st
                 logged[f"target.{name}"] = f"{source}:{spec.column}"
                 metrics.update(_headline(name, reports[name]["estimators"], algo))
                 examples.append(split.table.iloc[split.test[:5]])
+        carried = shipped_needs(say) if needs else None
+        for target, where in (carried.sources() if carried else {}).items():
+            logged[f"needs.{target}"] = where
         say("registering")
-        run_id, version = _log_and_register(registry, EstimatorBundle(targets), logged, metrics,
+        run_id, version = _log_and_register(registry, EstimatorBundle(targets, needs=carried), logged, metrics,
                                             pd.concat(examples), Path(tmp))
     registry.set_alias(CHALLENGER, version)
     return TrainResult(version, run_id, metrics, reports)

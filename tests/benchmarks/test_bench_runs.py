@@ -82,3 +82,17 @@ def test_runtime_benchmark_runs_and_writes_its_figures(tmp_path: Path) -> None:
     assert set(figures["pai"]["liquid"]) == {"trace", "measured"}
     assert (tmp_path / "jct-pai.png").stat().st_size > 0
     assert "Hold-out errors" in proc.stdout
+
+
+@pytest.mark.slow
+def test_needs_benchmark_runs_and_writes_its_figures(tmp_path: Path) -> None:
+    command = [sys.executable, "tests/benchmarks/bench_needs.py", "--sample", "0.1", "--out", str(tmp_path)]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads((tmp_path / "needs.json").read_text())
+    targets = {row["target"] for row in figures["errors"]}
+    assert {"gpu_mem_peak_mib", "gpu_util_pct", "epoch_s", "epoch_ratio", "spread_slowdown"} <= targets
+    assert 0 <= figures["right_sizing"]["unseen architectures"]["crash_share"] <= 1
+    for name in ("needs-memory.png", "needs-epoch.png", "needs-spread.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    assert "Held-out errors" in proc.stdout

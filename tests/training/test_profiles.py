@@ -250,12 +250,32 @@ def test_command_line_exits_2_on_bad_profiles(tmp_path: Path) -> None:
     assert f"{bad}, column 'gpu_type'" in message and "unknown GPU type" in message
 
 
+def test_command_line_exits_2_on_a_negative_gpu_memory(tmp_path: Path) -> None:
+    folder = tmp_path / "gpumemnet"  # the shipped runs with one peak made negative
+    folder.mkdir()
+    for name in ("mlp_data_step1.csv", "mlp_data_step2.csv"):
+        lines = (REPO / "data" / "gpumemnet" / name).read_text().splitlines(keepends=True)
+        if name.endswith("2.csv"):
+            header = lines[0].rstrip("\n").split(",")
+            at = header.index("Max GPU Memory (MiB)") - len(header)  # from the end: the list column has commas
+            cells = lines[5].rstrip("\n").split(",")
+            cells[at] = "-1545"
+            lines[5] = ",".join(cells) + "\n"
+        (folder / name).write_text("".join(lines))
+    env = {**os.environ, "GPUPLACE_HOME": str(tmp_path), "COLUMNS": "200"}
+    out = subprocess.run([sys.executable, "-m", "service.cli", "performance", "profiles", "--gpumemnet", str(folder)],
+                         capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert out.returncode == 2, out.stderr
+    message = out.stderr.replace("\n", "")
+    assert "mlp_data_step2.csv" in message and "line 6" in message and "Max GPU Memory (MiB)" in message
+
+
 def test_command_line_lists_the_shipped_profiles(tmp_path: Path) -> None:
     env = {**os.environ, "GPUPLACE_HOME": str(tmp_path), "COLUMNS": "200"}
     out = subprocess.run([sys.executable, "-m", "service.cli", "performance", "profiles"], capture_output=True,
                          text=True, env=env, cwd=REPO, timeout=120)
     assert out.returncode == 0, out.stderr
-    for figure in ("7,103", "489", "5,277", "1,609", "3,759", "RTX6000"):
+    for figure in ("7,103", "489", "5,277", "1,609", "3,759", "RTX6000", "6,000"):
         assert figure in out.stdout
 
 

@@ -20,7 +20,15 @@ import pandas as pd
 
 from placement.cluster_io import data_dir
 from training.errors import DataError
-from training.readers import line_numbers, numeric, read_text_csv
+from training.readers import (
+    integer_cells,
+    line_numbers,
+    numeric,
+    positive_cells,
+    raise_first,
+    read_text_csv,
+    text_cells,
+)
 
 POLLUX_WORKLOADS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
 GAVEL_GPU_TYPES = {"k80": "K80", "p100": "P100", "v100": "V100"}
@@ -67,7 +75,7 @@ def _pollux_placements(path: Path, workload: str) -> pd.DataFrame:
     raw = read_text_csv(path, _PLACEMENT_RAW)
     text = raw["placement"]
     bad = ~text.fillna("").str.fullmatch(r"[1-9]+").to_numpy(dtype=bool)
-    _raise_first(raw, "placement", path, bad, "must give GPUs per machine, one digit 1-9 each (e.g. '1112')")
+    raise_first(raw, "placement", path, bad, "must give GPUs per machine, one digit 1-9 each (e.g. '1112')")
     placement = text.astype(str)
     gpus = placement.map(lambda p: sum(int(c) for c in p))
     return _pollux_frame(raw, path, workload, "placements", placement, gpus, placement.str.len())
@@ -75,9 +83,9 @@ def _pollux_placements(path: Path, workload: str) -> pd.DataFrame:
 
 def _pollux_scalability(path: Path, workload: str) -> pd.DataFrame:
     raw = read_text_csv(path, _SCALABILITY_RAW)
-    nodes = _integer(raw, "num_nodes", path, minimum=1)
-    replicas = _integer(raw, "num_replicas", path, minimum=1)
-    _raise_first(raw, "num_replicas", path, (replicas < nodes).to_numpy(), "must be at least num_nodes")
+    nodes = integer_cells(raw, "num_nodes", path, minimum=1)
+    replicas = integer_cells(raw, "num_replicas", path, minimum=1)
+    raise_first(raw, "num_replicas", path, (replicas < nodes).to_numpy(), "must be at least num_nodes")
     per_node = replicas // nodes
     # A placement string has one digit per machine, so only an even spread of 1-9 GPUs can be written.
     even = ((replicas % nodes == 0) & (per_node <= 9)).to_numpy()
@@ -94,8 +102,8 @@ def _pollux_frame(raw: pd.DataFrame, path: Path, workload: str, kind: str, place
         "placement": placement.to_numpy(),
         "gpus": gpus.to_numpy(dtype=np.int64),
         "machines": machines.to_numpy(dtype=np.int64),
-        "local_bsz": _integer(raw, "local_bsz", path, minimum=1).to_numpy(),
-        "step_time_s": _positive(raw, "step_time", path).to_numpy(),
+        "local_bsz": integer_cells(raw, "local_bsz", path, minimum=1).to_numpy(),
+        "step_time_s": positive_cells(raw, "step_time", path).to_numpy(),
         "sync_time_s": numeric(raw, "sync_time", path, allow_missing=False, non_negative=True).to_numpy(),
         "file": str(path),
         "line": line_numbers(raw),
@@ -233,9 +241,9 @@ def _zeus_power(path: Path, gpu_type: str) -> pd.DataFrame:
     return pd.DataFrame({
         "workload": _workload(raw, path),
         "gpu_type": gpu_type,
-        "batch_size": _integer(raw, "batch_size", path, minimum=1),
-        "power_limit_w": _positive(raw, "power_limit", path),
-        "time_per_epoch_s": _positive(raw, "time_per_epoch", path),
+        "batch_size": integer_cells(raw, "batch_size", path, minimum=1),
+        "power_limit_w": positive_cells(raw, "power_limit", path),
+        "time_per_epoch_s": positive_cells(raw, "time_per_epoch", path),
         "average_power_w": numeric(raw, "average_power", path, allow_missing=False, non_negative=True),
         "file": str(path),
         "line": line_numbers(raw),
@@ -248,10 +256,10 @@ def _zeus_train(path: Path) -> pd.DataFrame:
     raw["target_epoch"] = raw["target_epoch"].mask(raw["target_epoch"] == "nan")
     return pd.DataFrame({
         "workload": _workload(raw, path),
-        "batch_size": _integer(raw, "batch_size", path, minimum=1),
-        "optimizer": _text(raw, "optimizer", path),
-        "learning_rate": _positive(raw, "learning_rate", path),
-        "run": _integer(raw, "run", path, minimum=0),
+        "batch_size": integer_cells(raw, "batch_size", path, minimum=1),
+        "optimizer": text_cells(raw, "optimizer", path),
+        "learning_rate": positive_cells(raw, "learning_rate", path),
+        "run": integer_cells(raw, "run", path, minimum=0),
         "target_metric": numeric(raw, "target_metric", path, allow_missing=False),
         "target_epoch": numeric(raw, "target_epoch", path, non_negative=True),
         "file": str(path),
@@ -260,7 +268,7 @@ def _zeus_train(path: Path) -> pd.DataFrame:
 
 
 def _workload(raw: pd.DataFrame, path: Path) -> pd.Series:
-    return _text(raw, "dataset", path) + "/" + _text(raw, "network", path)
+    return text_cells(raw, "dataset", path) + "/" + text_cells(raw, "network", path)
 
 
 def _folder(folder: Path) -> Path:
@@ -269,28 +277,9 @@ def _folder(folder: Path) -> Path:
     return folder
 
 
-def _text(raw: pd.DataFrame, column: str, path: Path) -> pd.Series:
-    _raise_first(raw, column, path, raw[column].isna().to_numpy(dtype=bool), "is missing")
-    return raw[column].astype(str)
 
 
-def _integer(raw: pd.DataFrame, column: str, path: Path, *, minimum: int) -> pd.Series:
-    values = numeric(raw, column, path, allow_missing=False).to_numpy()
-    _raise_first(raw, column, path, values != np.floor(values), "must be a whole number")
-    _raise_first(raw, column, path, values < minimum, f"must be at least {minimum}")
-    return pd.Series(values.astype(np.int64), index=raw.index)
 
 
-def _positive(raw: pd.DataFrame, column: str, path: Path) -> pd.Series:
-    values = numeric(raw, column, path, allow_missing=False, non_negative=True)
-    _raise_first(raw, column, path, values.to_numpy() == 0, "must be greater than 0")
-    return values
 
 
-def _raise_first(raw: pd.DataFrame, column: str, path: Path, mask: np.ndarray, problem: str) -> None:
-    bad = np.flatnonzero(mask)
-    if bad.size:
-        i = int(bad[0])
-        value = raw[column].iloc[i]
-        raise DataError(path, f"{column} {problem}", int(line_numbers(raw)[i]), column,
-                        None if pd.isna(value) else value)

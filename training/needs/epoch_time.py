@@ -1,0 +1,758 @@
+"""Seconds per epoch on each GPU type from the hyperparameters a job states, learned from Zeus's measured
+epoch times, with a physical baseline beside it, P50/P90 per answer, and the ratio that placement needs most:
+how much longer (or shorter) an epoch takes on a type the job has not run on.
+
+Training rows (Zeus, NSDI'23, ``data/zeus/``): one row per (workload, GPU type, batch size), the time per
+epoch at the **highest power limit measured** for that configuration, which is each GPU's default
+behaviour (no power cap: V100 250 W, A40 300 W, RTX6000 260 W, P100 250 W in the trace). V100 measured
+shufflenetv2 with two optimizers (Adadelta and Adam); such a configuration counts once, at the geometric
+mean of its times. 208 rows: 6 workloads x 4 GPU types x 4-14 batch sizes.
+
+Each row is described by the vocabulary (``training/needs/vocabulary.py``) from :data:`PROFILED_WORKLOADS`
+(public facts, each with its source kind) and by its GPU type's data-sheet specs, :data:`GPU_SPECS`.
+
+**Analytical baseline** (a roofline-style cost: compute at peak plus a fixed cost per step)::
+
+    epoch_s = samples_per_epoch x c_family x parameters / (peak_fp32_tflops x 1e12)
+              + samples_per_epoch / batch_size x t_step0
+
+``c_family`` (FLOPs per parameter per sample, one per family) and ``t_step0`` (s) are fitted by least
+squares on ln(epoch_s) over the training rows; a family with no training row gets the geometric mean of
+the fitted ones.
+
+**Learned model** (two parts, both on ln(epoch_s)):
+
+1. A log-linear scaling law: ln epoch_s = b0 + bp ln(parameters) + bs ln(samples_per_epoch)
+   + bb ln(batch_size) + g_family + th_t ln(peak TFLOPS) + th_bw ln(memory bandwidth). The GPU terms are
+   held to what physics allows: each elasticity in [-1, 0] and th_t + th_bw >= -1 (a faster part is never
+   slower, and scaling both compute and bandwidth by k saves at most a factor k), so the law extrapolates
+   sensibly to the types no run measured (K80, T4, A10, A100, H100). The family offsets g carry a ridge
+   penalty (the slopes none): a family seen in no training row gets the average family, and the penalty
+   is chosen from (1, 10, 100) by leave-one-workload-out on the training rows.
+2. Gradient boosting (LightGBM, 200 trees of 8 leaves) on the law's residuals, features ln(parameters),
+   ln(samples_per_epoch), ln(batch_size), the family one-hot and ln(TFLOPS), ln(bandwidth), monotone
+   non-increasing in both specs: it learns what a law cannot, e.g. that epoch time rises again past a
+   workload's best batch size.
+
+Memory (GiB) is in the spec table but not a feature: capacity decides which batch fits, not how fast it
+runs, and with four measured types any third spec would only re-label the types.
+
+**P90**: split-conformal on out-of-fold residuals ln(measured / P50), folds grouped as the use is
+(:data:`BANDS`): P90 = P50 x exp(q), q the ceil(0.9 (n + 1))-th smallest residual. A row whose workload is a
+training workload on a measured type gets the "profiled" band (folds hold out whole batch sizes); a new
+workload the "workload" band (leave one workload out), an unmeasured type the "type" band (leave one type
+out), both the larger. Ratios have their own bands from the ratio residuals of the same folds ("ratio_workload"
+for every ratio, the larger with "ratio_type" when a side is an unmeasured type). Types with the same
+compute and bandwidth (V100 and V100M32) are one chip to the model and share its band.
+
+**Ratio**: a job observed on type A for t seconds is predicted to take t x epoch_s(B) / epoch_s(A) on B; the
+shared unknowns of the workload cancel, which is why the ratio is better than either prediction alone.
+
+Checks (:func:`evaluate_epoch_time`): "unseen batch sizes", "unseen workload", "unseen GPU type" on epoch_s
+and "cross-type ratio, unseen workload" plus "Gavel K80/P100/V100 ratios" (an external check: Gavel's
+steps/s of other models at the same batch size, :data:`GAVEL_MODELS`) on ``epoch_ratio``. Each for the
+model and the baseline, each with its own conformal P90 from the training rows of the fold only.
+
+On the shipped data (seed 0), MALE = mean |ln(P50 / measured)|, coverage = share measured <= P90:
+
+| target      | check                             | n   | model MALE | cover | baseline MALE | cover |
+|-------------|-----------------------------------|-----|------------|-------|---------------|-------|
+| epoch_s     | unseen batch sizes                | 208 | 0.24       | 0.95  | 0.61          | 0.90  |
+| epoch_s     | unseen workload                   | 208 | 0.64       | 0.96  | 2.01          | 0.80  |
+| epoch_s     | unseen GPU type                   | 208 | 0.33       | 0.94  | 0.67          | 0.90  |
+| epoch_ratio | cross-type ratio, unseen workload | 540 | 0.26       | 0.89  | 0.48          | 0.86  |
+| epoch_ratio | Gavel K80/P100/V100 ratios        | 144 | 0.66       | 0.72  | 0.51          | 0.87  |
+
+The model loses the Gavel check. Gavel's testbed puts its P100 closer to its V100 than Zeus's does (epoch
+ratio V100/P100 0.56-1.20 in Gavel, 0.22-0.65 in Zeus; 1.95-2.31 for Gavel's Recommendation, slower on V100
+than on P100): a model learned from Zeus's type ratios carries Zeus's testbed, the baseline's TFLOPS ratio
+does not. On ResNet-50, the one network both measured, the model is the closer (0.27 against 0.49). Unseen
+workload bands are wide (P90/P50 about 3x): with six workloads, a family seen in one workload (rnn,
+recommender) or none is extrapolation, and the band says so.
+
+Limits: single-GPU FP32 training as Zeus measured it (``precision`` and ``optimizer`` are not features: the
+trace cannot separate them from the workload). Beyond a workload's largest measured batch size (mostly the
+largest that fits in memory) the law keeps falling, about batch^-0.6, where measurements flatten out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Protocol
+
+import lightgbm as lgb
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+from matplotlib.ticker import NullFormatter
+from scipy.optimize import least_squares, lsq_linear  # type: ignore[import-untyped]
+
+from placement.gpu_types import GPU_MEM_GIB
+from training.needs.scoring import POINT_COLUMNS, conformal_quantile, error_table
+from training.needs.vocabulary import FAMILIES
+from training.performance.gpu_speed import DEFAULT_TYPE_ALIASES
+from training.performance.profiles import load_gavel, load_zeus
+from training.plots import save_png
+
+FloatArray = npt.NDArray[np.float64]
+
+TARGET = "epoch_s"
+RATIO_TARGET = "epoch_ratio"
+SOURCE = "Zeus (NSDI'23): 6 workloads x 4 GPU types, measured"
+MODEL = "model"
+BASELINE = "baseline"
+CHECK_BATCH = "unseen batch sizes"
+CHECK_WORKLOAD = "unseen workload"
+CHECK_TYPE = "unseen GPU type"
+CHECK_RATIO = "cross-type ratio, unseen workload"
+CHECK_GAVEL = "Gavel K80/P100/V100 ratios"
+COVERAGE = 0.9
+BATCH_FOLDS = 5
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Public facts about the profiled workloads
+# ---------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Workload:
+    """A trained (model, dataset): what a job would state about it, and where each figure comes from."""
+
+    model: str
+    dataset: str
+    model_family: str
+    parameters: int
+    parameters_source: str
+    samples_per_epoch: int
+    samples_source: str
+
+
+PROFILED_WORKLOADS: Mapping[str, Workload] = MappingProxyType({
+    "cifar100/shufflenetv2": Workload(
+        "shufflenetv2", "CIFAR-100", "cnn", 1_360_896,
+        "computed from the implementation Zeus ships (examples/cifar100, from weiaicunzai/pytorch-cifar100): "
+        "ShuffleNet V2 1x with a 100-class head; the model paper's 2.3M is the 1000-class ImageNet net",
+        50_000, "dataset paper (Krizhevsky 2009): the CIFAR-100 training set"),
+    "imagenet/resnet50": Workload(
+        "resnet50", "ImageNet-1k", "cnn", 25_557_032,
+        "model paper (He et al. 2016: 25.6M); exact count of the torchvision implementation",
+        1_281_167, "dataset paper (Russakovsky et al. 2015): the ILSVRC-2012 training set"),
+    "librispeech/deepspeech2": Workload(
+        "deepspeech2", "LibriSpeech", "rnn", 86_618_400,
+        "computed from deepspeech.pytorch's default DeepSpeech2 (2 conv + 5 bidirectional LSTM layers of "
+        "1,024 units, 29 characters); assumption: the trace does not name the implementation",
+        281_241, "dataset paper (Panayotov et al. 2015): the three training subsets, 960 h; assumption: the "
+                 "trace does not name the subset"),
+    "movielens-1m/ncf": Workload(
+        "ncf", "MovieLens-1M", "recommender", 1_602_657,
+        "computed for NeuMF (model paper, He et al. 2017) on 6,040 users x 3,706 items with the common "
+        "PyTorch defaults (32 factors, MLP 256-128-64-32); assumption: the trace does not give the sizes",
+        4_970_845, "dataset paper (Harper & Konstan 2015: 1,000,209 ratings) with the model paper's protocol: "
+                   "one rating per user held out, four sampled negatives per positive (994,169 x 5)"),
+    "squad/bert_base_uncased": Workload(
+        "bert_base_uncased", "SQuAD v1.1", "transformer", 108_893_186,
+        "model paper (Devlin et al. 2019: 110M); exact count of the Hugging Face implementation with its "
+        "span head",
+        87_599, "dataset paper (Rajpurkar et al. 2016): the SQuAD v1.1 training questions"),
+    "sentiment140/bert_base_uncased": Workload(
+        "bert_base_uncased", "Sentiment140", "transformer", 109_483_778,
+        "model paper (Devlin et al. 2019: 110M); exact count of the Hugging Face implementation with a "
+        "two-class head",
+        1_600_000, "dataset paper (Go et al. 2009): the Sentiment140 training tweets"),
+})
+"""Zeus's six workloads by the trace's "<dataset>/<network>" name."""
+
+GAVEL_MODELS: Mapping[str, Workload] = MappingProxyType({
+    "ResNet-18": Workload(
+        "resnet18", "CIFAR-10", "cnn", 11_173_962,
+        "computed from the implementation Gavel runs (kuangliu/pytorch-cifar ResNet18)",
+        50_000, "dataset paper (Krizhevsky 2009): the CIFAR-10 training set"),
+    "ResNet-50": Workload(
+        "resnet50", "ImageNet-1k", "cnn", 25_557_032,
+        "model paper (He et al. 2016); exact count of the torchvision implementation Gavel runs",
+        1_281_167, "dataset paper (Russakovsky et al. 2015)"),
+    "Transformer": Workload(
+        "transformer", "Multi30k", "transformer", 44_138_496,
+        "computed from the implementation Gavel runs (6+6 layers, d_model 512, d_inner 2048) without the word "
+        "embeddings, whose vocabulary sizes Gavel does not record: a lower bound",
+        29_000, "dataset paper (Elliott et al. 2016): the Multi30k training sentence pairs"),
+    "LM": Workload(
+        "lstm_lm", "WikiText-2", "rnn", 13_987_678,
+        "computed from the implementation Gavel runs (PyTorch word_language_model defaults: 2-layer LSTM of "
+        "200, 200-wide embeddings, untied, 33,278 words)",
+        59_675, "dataset paper (Merity et al. 2016: 2,088,628 training tokens) in sequences of 35 tokens, "
+                "one sample per sequence as the implementation batches them"),
+    "Recommendation": Workload(
+        "autoencoder", "MovieLens-20M", "recommender", 8_063_508,
+        "computed from the implementation Gavel runs (Recoder DynamicAutoencoder, one hidden layer of 200, "
+        "over 20,108 items)",
+        116_677, "preprocessing paper (Liang et al. 2018, VAE-CF): 136,677 users less 20,000 held out"),
+})
+"""Gavel's models that can be described (A3C and CycleGAN state no batch of samples: left out)."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# GPU types
+# ---------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Vendor data-sheet figures of one GPU (one die of a dual-die board)."""
+
+    peak_fp32_tflops: float
+    memory_bw_gbs: float
+    memory_gib: float
+    part: str
+
+
+_DATA_SHEETS: dict[str, GpuSpec] = {
+    "V100": GpuSpec(14.0, 900.0, GPU_MEM_GIB["V100"],
+                    "Tesla V100 PCIe 16 GB (Zeus's V100 caps power at 250 W, the PCIe card's limit)"),
+    "A40": GpuSpec(37.4, 696.0, 48.0, "A40 48 GB"),
+    "RTX6000": GpuSpec(16.3, 672.0, 24.0, "Quadro RTX 6000 24 GB"),
+    "P100": GpuSpec(9.3, 732.0, GPU_MEM_GIB["P100"], "Tesla P100 PCIe 16 GB (250 W, as in Zeus)"),
+    "K80": GpuSpec(4.37, 240.0, 12.0, "one GK210 die of a Tesla K80 board (8.73 TFLOPS, 480 GB/s, 24 GB per "
+                                     "board), the unit Gavel and schedulers count as a GPU"),
+    "T4": GpuSpec(8.1, 320.0, GPU_MEM_GIB["T4"], "Tesla T4 16 GB"),
+    "A10": GpuSpec(31.2, 600.0, GPU_MEM_GIB["A10"], "A10 24 GB"),
+    "A100": GpuSpec(19.5, 1555.0, 40.0, "A100 SXM4 40 GB"),
+    "H100": GpuSpec(67.0, 3350.0, 80.0, "H100 SXM5 80 GB"),
+}
+
+
+def _with_aliases(sheets: dict[str, GpuSpec]) -> dict[str, GpuSpec]:
+    """Cluster types ``gpu_speed.DEFAULT_TYPE_ALIASES`` maps onto a chip one-to-one (factor 1) take that
+    chip's compute and bandwidth and their own memory (``placement.gpu_types.GPU_MEM_GIB``)."""
+    specs = dict(sheets)
+    for name, (chip, factor) in DEFAULT_TYPE_ALIASES.items():
+        if name in specs or factor != 1.0 or chip not in sheets:
+            continue
+        base = sheets[chip]
+        specs[name] = GpuSpec(base.peak_fp32_tflops, base.memory_bw_gbs, GPU_MEM_GIB.get(name, base.memory_gib),
+                              f"taken as {chip} ({base.part}), the alias of training/performance/gpu_speed.py")
+    return specs
+
+
+GPU_SPECS: Mapping[str, GpuSpec] = MappingProxyType(_with_aliases(_DATA_SHEETS))
+"""Peak FP32 TFLOPS, memory bandwidth (GB/s) and memory (GiB) of every type the model answers for.
+T4 and A10 match the TFLOPS that ``gpu_speed.DEFAULT_TYPE_ALIASES`` scales by; MISC is a K80 die with
+PAI's 8 GiB, and V100M16, V100M32, G1-G3 are V100s, as gpu_speed assumes."""
+
+REQUIRED_KEYS = ("parameters", "samples_per_epoch", "batch_size")
+"""What a row must state (or fill by naming a profiled ``model``); ``model_family`` is optional (a missing
+or unmeasured family is the average family)."""
+
+_ONE_HOT_FAMILIES = tuple(f for f in FAMILIES if f not in ("other",))
+_GPU_FEATURES = ("ln_tflops", "ln_bandwidth")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Rows and features
+# ---------------------------------------------------------------------------------------------------------
+
+def profile_rows(epochs: pd.DataFrame) -> pd.DataFrame:
+    """Zeus's epochs (``load_zeus()[0]``) as training rows: one per (workload, GPU type, batch size) at its
+    highest power limit, geometric mean over duplicates; columns workload, gpu_type, batch_size, epoch_s,
+    parameters, samples_per_epoch, model_family."""
+    known = epochs[epochs["workload"].isin(list(PROFILED_WORKLOADS))]
+    keys = ["workload", "gpu_type", "batch_size"]
+    top = known[known["power_limit_w"] == known.groupby(keys)["power_limit_w"].transform("max")]
+    rows = top.assign(ln=np.log(top["time_per_epoch_s"].to_numpy(float))).groupby(keys)["ln"].mean().reset_index()
+    rows["epoch_s"] = np.exp(rows.pop("ln").to_numpy(float))
+    facts = rows["workload"].map(dict(PROFILED_WORKLOADS))
+    rows["parameters"] = [w.parameters for w in facts]
+    rows["samples_per_epoch"] = [w.samples_per_epoch for w in facts]
+    rows["model_family"] = [w.model_family for w in facts]
+    out: pd.DataFrame = rows.sort_values(keys, ignore_index=True)
+    return out
+
+
+def _fill(hyperparams: pd.DataFrame) -> pd.DataFrame:
+    """parameters, samples_per_epoch, batch_size (float, NaN where missing or not positive) and model_family,
+    filled from :data:`PROFILED_WORKLOADS` where the row names a profiled ``model`` (a network, e.g.
+    "resnet50", or a workload, e.g. "squad/bert_base_uncased") and leaves the key out. A network trained
+    on two datasets (bert_base_uncased) fills samples only when the stated samples pick one of them;
+    otherwise its parameters (their mean) and family, and samples stay missing."""
+    out = pd.DataFrame(index=hyperparams.index)
+    for key in REQUIRED_KEYS:
+        values = (pd.to_numeric(hyperparams[key], errors="coerce") if key in hyperparams
+                  else pd.Series(np.nan, index=hyperparams.index))
+        out[key] = values.where(values > 0).astype(float)
+    family = hyperparams["model_family"] if "model_family" in hyperparams else pd.Series(None, index=out.index)
+    out["model_family"] = pd.Series([f if isinstance(f, str) else None for f in family], index=out.index,
+                                    dtype=object)
+    if "model" not in hyperparams:
+        return out
+    known = {key: out[key].to_numpy(float).copy() for key in ("parameters", "samples_per_epoch")}
+    families = out["model_family"].tolist()
+    for i, name in enumerate(hyperparams["model"]):
+        facts = _named(name)
+        if facts is None:
+            continue
+        facts = [w for w in facts if w.samples_per_epoch == known["samples_per_epoch"][i]] or facts
+        samples = {w.samples_per_epoch for w in facts}
+        fill = {"parameters": float(round(np.mean([w.parameters for w in facts]))),
+                "samples_per_epoch": float(samples.pop()) if len(samples) == 1 else math.nan}
+        for key, value in fill.items():
+            if not math.isfinite(known[key][i]):
+                known[key][i] = value
+        if not isinstance(families[i], str):
+            families[i] = facts[0].model_family
+    out["parameters"], out["samples_per_epoch"] = known["parameters"], known["samples_per_epoch"]
+    out["model_family"] = pd.Series(families, index=out.index, dtype=object)
+    return out
+
+
+def _named(name: object) -> list[Workload] | None:
+    if not isinstance(name, str):
+        return None
+    text = name.strip().lower()
+    if text in PROFILED_WORKLOADS:
+        return [PROFILED_WORKLOADS[text]]
+    found = [w for w in PROFILED_WORKLOADS.values() if w.model == text]
+    return found or None
+
+
+def _features(filled: pd.DataFrame, gpu_type: pd.Series) -> pd.DataFrame:
+    """ln(parameters), ln(samples_per_epoch), ln(batch_size), family one-hot, ln(TFLOPS), ln(bandwidth)."""
+    columns: dict[str, FloatArray] = {
+        "ln_parameters": np.log(filled["parameters"].to_numpy(float)),
+        "ln_samples": np.log(filled["samples_per_epoch"].to_numpy(float)),
+        "ln_batch": np.log(filled["batch_size"].to_numpy(float)),
+    }
+    family = np.asarray(filled["model_family"].to_numpy(object))
+    for name in _ONE_HOT_FAMILIES:
+        columns[f"family_{name}"] = (family == name).astype(float)
+    specs = [GPU_SPECS[t] for t in gpu_type.to_numpy(object)]
+    columns["ln_tflops"] = np.log([s.peak_fp32_tflops for s in specs])
+    columns["ln_bandwidth"] = np.log([s.memory_bw_gbs for s in specs])
+    return pd.DataFrame(columns, index=filled.index)
+
+
+_FAMILY_COLUMNS = tuple(f"family_{f}" for f in _ONE_HOT_FAMILIES)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Predictors of ln(epoch_s)
+# ---------------------------------------------------------------------------------------------------------
+
+class _Predictor(Protocol):
+    def fit(self, rows: pd.DataFrame) -> _Predictor: ...
+
+    def ln_epoch(self, x: pd.DataFrame) -> FloatArray: ...
+
+
+@dataclass
+class Baseline:
+    """epoch_s = S c_family P / (TFLOPS 1e12) + S / B t_step0 (module docstring)."""
+
+    ln_c: dict[str, float] = field(default_factory=dict)
+    ln_t0: float = float("nan")
+
+    def fit(self, rows: pd.DataFrame) -> Baseline:
+        x = _features(rows, rows["gpu_type"])
+        families = sorted(set(rows["model_family"]))
+        index = np.array([families.index(f) for f in rows["model_family"]])
+        y = np.log(rows["epoch_s"].to_numpy(float))
+        compute = np.exp((x["ln_samples"] + x["ln_parameters"] - x["ln_tflops"]).to_numpy(float)) / 1e12
+        steps = np.exp((x["ln_samples"] - x["ln_batch"]).to_numpy(float))
+
+        def residual(theta: FloatArray) -> FloatArray:
+            return np.asarray(np.log(compute * np.exp(theta[index]) + steps * np.exp(theta[-1])) - y)
+
+        start = np.r_[np.full(len(families), math.log(300.0)), math.log(0.01)]
+        theta = least_squares(residual, start).x
+        self.ln_c = {f: float(theta[i]) for i, f in enumerate(families)}
+        self.ln_t0 = float(theta[-1])
+        return self
+
+    def ln_epoch(self, x: pd.DataFrame) -> FloatArray:
+        fallback = float(np.mean(list(self.ln_c.values())))
+        ln_c = np.full(len(x), fallback)
+        for family, value in self.ln_c.items():
+            ln_c[x[f"family_{family}"].to_numpy() == 1.0] = value
+        compute = np.exp((x["ln_samples"] + x["ln_parameters"] - x["ln_tflops"]).to_numpy(float) + ln_c) / 1e12
+        steps = np.exp((x["ln_samples"] - x["ln_batch"]).to_numpy(float) + self.ln_t0)
+        return np.asarray(np.log(compute + steps), dtype=float)
+
+
+_LAW_COLUMNS = ("ln_parameters", "ln_samples", "ln_batch", *_FAMILY_COLUMNS, *_GPU_FEATURES)
+FAMILY_PENALTIES = (1.0, 10.0, 100.0)
+
+
+@dataclass
+class ScalingLaw:
+    """The log-linear part of the learned model (module docstring): weights over ``_LAW_COLUMNS``."""
+
+    penalty: float = 10.0
+    intercept: float = 0.0
+    weights: FloatArray = field(default_factory=lambda: np.zeros(len(_LAW_COLUMNS)))
+
+    def fit(self, x: FloatArray, y: FloatArray) -> ScalingLaw:
+        """``x``: the rows' ``_LAW_COLUMNS`` (:func:`_law_matrix`); ``y``: ln(epoch_s)."""
+        a = np.c_[np.ones(len(x)), x]
+        k = a.shape[1]
+        ridge = np.zeros((k, k))
+        ridge[_FAMILY_AT, _FAMILY_AT] = math.sqrt(self.penalty)
+        t, bw = _GPU_AT
+        lower, upper = np.full(k, -np.inf), np.full(k, np.inf)
+        lower[[t, bw]], upper[[t, bw]] = -1.0, 0.0
+        design, target = np.r_[a, ridge], np.r_[y, np.zeros(k)]
+        w = lsq_linear(design, target, bounds=(lower, upper), method="bvls").x
+        if w[t] + w[bw] < -1.0:
+            # The optimum lies on th_t + th_bw = -1: substitute th_bw = -1 - th_t and solve for th_t alone.
+            reduced = design.copy()
+            reduced[:, t] = design[:, t] - design[:, bw]
+            reduced = np.delete(reduced, bw, axis=1)
+            keep = [j for j in range(k) if j != bw]
+            v = lsq_linear(reduced, target + np.r_[a[:, bw], np.zeros(k)], bounds=(lower[keep], upper[keep]),
+                           method="bvls").x
+            w = np.insert(v, bw, -1.0 - v[t])
+        self.intercept, self.weights = float(w[0]), np.asarray(w[1:], dtype=float)
+        return self
+
+    def ln_epoch(self, x: FloatArray) -> FloatArray:
+        return np.asarray(self.intercept + x @ self.weights, dtype=float)
+
+
+_FAMILY_AT = [1 + _LAW_COLUMNS.index(c) for c in _FAMILY_COLUMNS]
+_GPU_AT = tuple(1 + _LAW_COLUMNS.index(c) for c in _GPU_FEATURES)
+"""Positions in the law's design matrix (column 0 is the intercept)."""
+
+
+def _law_matrix(x: pd.DataFrame) -> FloatArray:
+    return np.asarray(x[list(_LAW_COLUMNS)].to_numpy(float))
+
+
+def _choose_penalty(x: FloatArray, y: FloatArray, workload: npt.NDArray[Any]) -> float:
+    """The family penalty with the lowest mean |ln error| leaving one training workload out."""
+    names = np.unique(workload)
+    if len(names) < 3:
+        return FAMILY_PENALTIES[1]
+    scores = []
+    for penalty in FAMILY_PENALTIES:
+        errors = []
+        for name in names:
+            out = workload == name
+            law = ScalingLaw(penalty).fit(x[~out], y[~out])
+            errors.append(np.abs(law.ln_epoch(x[out]) - y[out]))
+        scores.append(float(np.mean(np.concatenate(errors))))
+    return FAMILY_PENALTIES[int(np.argmin(scores))]
+
+
+_BOOSTED = ("ln_parameters", "ln_samples", "ln_batch", *_FAMILY_COLUMNS, *_GPU_FEATURES)
+
+
+@dataclass
+class Learned:
+    """Scaling law + LightGBM on its residuals (module docstring)."""
+
+    seed: int = 0
+    law: ScalingLaw = field(default_factory=ScalingLaw)
+    booster: Any = None
+
+    def fit(self, rows: pd.DataFrame) -> Learned:
+        x = _features(rows, rows["gpu_type"])
+        y = np.log(rows["epoch_s"].to_numpy(float))
+        law_x = _law_matrix(x)
+        self.law = ScalingLaw(_choose_penalty(law_x, y, rows["workload"].to_numpy())).fit(law_x, y)
+        monotone = [-1 if c in _GPU_FEATURES else 0 for c in _BOOSTED]
+        self.booster = lgb.LGBMRegressor(
+            n_estimators=200, learning_rate=0.05, num_leaves=8, min_child_samples=5, monotone_constraints=monotone,
+            random_state=self.seed, n_jobs=1, verbose=-1,
+        ).fit(x[list(_BOOSTED)], y - self.law.ln_epoch(law_x))
+        return self
+
+    def ln_epoch(self, x: pd.DataFrame) -> FloatArray:
+        return np.asarray(self.law.ln_epoch(_law_matrix(x)) + self.booster.predict(x[list(_BOOSTED)]), dtype=float)
+
+
+_PREDICTORS: dict[str, Callable[[int], _Predictor]] = {MODEL: lambda seed: Learned(seed),
+                                                       BASELINE: lambda _: Baseline()}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The fitted model
+# ---------------------------------------------------------------------------------------------------------
+
+BANDS = ("profiled", "workload", "type", "ratio_workload", "ratio_type")
+"""Conformal bands (ln units) and their folds: "profiled" holds out whole batch sizes of each workload,
+"workload" and "ratio_workload" one workload, "type" and "ratio_type" one GPU type."""
+
+
+@dataclass
+class EpochTimeModel:
+    """Seconds per epoch (P50, P90) on each GPU type of :data:`GPU_SPECS` from stated hyperparameters."""
+
+    predictor: Any
+    source: str = SOURCE
+    gpu_types: tuple[str, ...] = tuple(GPU_SPECS)
+    measured_types: tuple[str, ...] = ()
+    profiled: tuple[tuple[float, float], ...] = ()
+    """(parameters, samples_per_epoch) of the training workloads."""
+    bands: dict[str, float] = field(default_factory=dict)
+    target: str = TARGET
+    unit: str = "s"
+
+    def required_keys(self) -> tuple[str, ...]:
+        return REQUIRED_KEYS
+
+    def _check_type(self, gpu_type: str) -> None:
+        if gpu_type not in self.gpu_types:
+            raise ValueError(f"unknown gpu_type {gpu_type!r}; known: {', '.join(self.gpu_types)}")
+
+    def _ln_p50(self, filled: pd.DataFrame, gpu_type: str) -> FloatArray:
+        ok = filled[list(REQUIRED_KEYS)].notna().all(axis=1).to_numpy()
+        out = np.full(len(filled), np.nan)
+        if ok.any():
+            rows = filled[ok]
+            out[ok] = self.predictor.ln_epoch(_features(rows, pd.Series(gpu_type, index=rows.index)))
+        return out
+
+    def _band(self, filled: pd.DataFrame, types: Sequence[str], ratio: bool) -> FloatArray:
+        pairs = set(self.profiled)
+        known = np.array([(p, s) in pairs for p, s in zip(filled["parameters"], filled["samples_per_epoch"],
+                                                             strict=True)], dtype=bool)
+        measured = {_chip(t) for t in self.measured_types}
+        new_type = any(_chip(t) not in measured for t in types)
+        if ratio:
+            band = np.full(len(filled), self.bands["ratio_workload"])
+            return np.maximum(band, self.bands["ratio_type"]) if new_type else band
+        band = np.where(known, self.bands["profiled"], self.bands["workload"])
+        if new_type:
+            band = np.where(known, self.bands["type"], np.maximum(band, self.bands["type"]))
+        return np.asarray(band, dtype=float)
+
+    def predict(self, hyperparams: pd.DataFrame, gpu_type: str) -> pd.DataFrame:
+        """Columns p50, p90 (s per epoch), the index of ``hyperparams``; NaN where a required key is missing."""
+        self._check_type(gpu_type)
+        filled = _fill(hyperparams)
+        ln_p50 = self._ln_p50(filled, gpu_type)
+        band = self._band(filled, [gpu_type], ratio=False)
+        return pd.DataFrame({"p50": np.exp(ln_p50), "p90": np.exp(ln_p50 + band)}, index=hyperparams.index)
+
+    def ratio(self, hyperparams: pd.DataFrame, from_type: str, to_type: str) -> pd.DataFrame:
+        """Columns p50, p90 of epoch_s(to_type) / epoch_s(from_type): multiply a job's observed epoch time
+        (or duration) on ``from_type`` by it to predict ``to_type``."""
+        self._check_type(from_type)
+        self._check_type(to_type)
+        filled = _fill(hyperparams)
+        ln_ratio = self._ln_p50(filled, to_type) - self._ln_p50(filled, from_type)
+        band = self._band(filled, [from_type, to_type], ratio=True) if from_type != to_type else 0.0
+        return pd.DataFrame({"p50": np.exp(ln_ratio), "p90": np.exp(ln_ratio + band)}, index=hyperparams.index)
+
+
+def _chip(gpu_type: str) -> tuple[float, float]:
+    """What the model sees of a type: types with the same compute and bandwidth (e.g. V100 and V100M32) are
+    one chip to it, so a measured chip's band serves its aliases."""
+    spec = GPU_SPECS[gpu_type]
+    return spec.peak_fp32_tflops, spec.memory_bw_gbs
+
+
+def fit_epoch_time(zeus: tuple[pd.DataFrame, pd.DataFrame] | None = None, seed: int = 0) -> EpochTimeModel:
+    """The learned model on every Zeus row, with every conformal band (:data:`BANDS`)."""
+    epochs = (zeus if zeus is not None else load_zeus())[0]
+    return _fit(profile_rows(epochs), MODEL, seed, BANDS)
+
+
+def _fit(rows: pd.DataFrame, predictor: str, seed: int, bands: Sequence[str]) -> EpochTimeModel:
+    fitted = _PREDICTORS[predictor](seed).fit(rows)
+    model = EpochTimeModel(
+        fitted, measured_types=tuple(sorted(set(rows["gpu_type"]))),
+        profiled=tuple(sorted(set(zip(rows["parameters"].astype(float), rows["samples_per_epoch"].astype(float),
+                                      strict=True)))),
+        bands={b: float("nan") for b in BANDS},
+    )
+    wanted = set(bands)
+    if "profiled" in wanted:
+        model.bands["profiled"] = conformal_quantile(_residuals(rows, predictor, seed, _batch_folds(rows, seed))[0],
+                                                     COVERAGE)
+    for band, key in (("workload", "workload"), ("type", "gpu_type")):
+        if {band, f"ratio_{band}"} & wanted:
+            epoch, ratio = _residuals(rows, predictor, seed, _leave_one_out(rows[key]))
+            model.bands[band] = conformal_quantile(epoch, COVERAGE)
+            model.bands[f"ratio_{band}"] = conformal_quantile(ratio, COVERAGE)
+    return model
+
+
+
+
+Folds = list[tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]]
+
+
+def _leave_one_out(key: pd.Series) -> Folds:
+    values = key.to_numpy()
+    return [(np.flatnonzero(values != k), np.flatnonzero(values == k)) for k in sorted(set(values))]
+
+
+def _batch_folds(rows: pd.DataFrame, seed: int) -> Folds:
+    """Whole batch sizes of each workload held out: each workload's batch sizes in a seeded order, dealt
+    round-robin to :data:`BATCH_FOLDS` folds (every type of a held-out batch size goes out together)."""
+    rng = np.random.default_rng(seed)
+    fold = np.empty(len(rows), dtype=int)
+    for _, positions in sorted(rows.groupby("workload").indices.items()):
+        sizes = np.unique(rows["batch_size"].to_numpy()[positions])
+        order = {int(b): i % BATCH_FOLDS for i, b in enumerate(rng.permutation(sizes))}
+        fold[positions] = [order[int(b)] for b in rows["batch_size"].to_numpy()[positions]]
+    return [(np.flatnonzero(fold != k), np.flatnonzero(fold == k)) for k in range(BATCH_FOLDS)
+            if (fold == k).any() and (fold != k).any()]
+
+
+def _residuals(rows: pd.DataFrame, predictor: str, seed: int, folds: Folds) -> tuple[FloatArray, FloatArray]:
+    """Out-of-fold ln(measured / P50) of every row, and of every cross-type ratio with a held-out row on at
+    least one side (the other side at the same workload and batch size, held out or not)."""
+    epoch, ratio = [], []
+    keys = rows["workload"] + "|" + rows["batch_size"].astype(str)
+    for train, held in folds:
+        fitted = _PREDICTORS[predictor](seed).fit(rows.iloc[train])
+        near = np.flatnonzero(keys.isin(set(keys.iloc[held])).to_numpy())
+        part = rows.iloc[near]
+        ln_p50 = fitted.ln_epoch(_features(part, part["gpu_type"]))
+        ln_measured = np.log(part["epoch_s"].to_numpy(float))
+        is_held = np.isin(near, held)
+        epoch.append((ln_measured - ln_p50)[is_held])
+        ratio.append(np.array([m - p for m, p in _pairs(part, ln_measured, ln_p50, is_held)]))
+    return np.concatenate(epoch), np.concatenate(ratio) if ratio else np.array([])
+
+
+def _pairs(part: pd.DataFrame, ln_measured: FloatArray, ln_p50: FloatArray,
+           is_held: npt.NDArray[np.bool_] | None = None) -> Iterator[tuple[float, float]]:
+    """(measured, predicted) ln ratio of every ordered pair of types at one (workload, batch size), with a
+    held-out row on at least one side."""
+    held = np.ones(len(part), dtype=bool) if is_held is None else is_held
+    for positions in part.groupby(["workload", "batch_size"]).indices.values():
+        for i in positions:
+            for j in positions:
+                if i != j and (held[i] or held[j]):
+                    yield ln_measured[j] - ln_measured[i], ln_p50[j] - ln_p50[i]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------------------------------------
+
+def evaluate_epoch_time(zeus: tuple[pd.DataFrame, pd.DataFrame] | None = None,
+                        gavel: tuple[pd.DataFrame, pd.DataFrame] | None = None,
+                        seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(errors, points): every check (module docstring) for the model and the baseline. errors columns
+    :data:`ERROR_COLUMNS` (male = mean |ln(p50 / measured)|, p90_coverage = share measured <= p90); points
+    columns :data:`POINT_COLUMNS`."""
+    rows = profile_rows((zeus if zeus is not None else load_zeus())[0])
+    solo = (gavel if gavel is not None else load_gavel())[0]
+    frames = []
+    for predictor in (MODEL, BASELINE):
+        frames.append(_holdout(rows, predictor, seed, CHECK_BATCH, _batch_folds(rows, seed), ("profiled",)))
+        epoch, ratio = _holdout_with_ratios(rows, predictor, seed)
+        frames += [epoch, ratio]
+        frames.append(_holdout(rows, predictor, seed, CHECK_TYPE, _leave_one_out(rows["gpu_type"]), ("type",)))
+        frames.append(_gavel_check(_fit(rows, predictor, seed, ("workload", "type")), predictor, solo))
+    points = pd.concat([f for f in frames if len(f)], ignore_index=True)[list(POINT_COLUMNS)]
+    return error_table(points), points
+
+
+
+
+def _points(target: str, check: str, predictor: str, measured: FloatArray, ln_p50: FloatArray,
+            band: float | FloatArray) -> pd.DataFrame:
+    return pd.DataFrame({"target": target, "check": check, "predictor": predictor, "measured": measured,
+                         "p50": np.exp(ln_p50), "p90": np.exp(ln_p50 + band)})
+
+
+def _holdout(rows: pd.DataFrame, predictor: str, seed: int, check: str, folds: Folds,
+             bands: tuple[str, ...]) -> pd.DataFrame:
+    frames = []
+    for train, held in folds:
+        model = _fit(rows.iloc[train], predictor, seed, bands)
+        part = rows.iloc[held]
+        for gpu_type, typed in part.groupby("gpu_type"):
+            out = model.predict(typed, str(gpu_type))
+            frames.append(_points(TARGET, check, predictor, typed["epoch_s"].to_numpy(float),
+                                  np.log(out["p50"].to_numpy(float)),
+                                  np.log(out["p90"].to_numpy(float) / out["p50"].to_numpy(float))))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _holdout_with_ratios(rows: pd.DataFrame, predictor: str, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Leave one workload out: its epoch times and its cross-type ratios, from one fit per fold."""
+    epoch, ratio = [], []
+    for train, held in _leave_one_out(rows["workload"]):
+        model = _fit(rows.iloc[train], predictor, seed, ("workload",))
+        part = rows.iloc[held]
+        ln_p50 = model.predictor.ln_epoch(_features(part, part["gpu_type"]))
+        ln_measured = np.log(part["epoch_s"].to_numpy(float))
+        epoch.append(_points(TARGET, CHECK_WORKLOAD, predictor, np.exp(ln_measured), ln_p50,
+                             model.bands["workload"]))
+        pairs = np.array(list(_pairs(part, ln_measured, ln_p50)), dtype=float).reshape(-1, 2)
+        ratio.append(_points(RATIO_TARGET, CHECK_RATIO, predictor, np.exp(pairs[:, 0]), pairs[:, 1],
+                             model.bands["ratio_workload"]))
+    return pd.concat(epoch, ignore_index=True), pd.concat(ratio, ignore_index=True)
+
+
+def gavel_ratios(solo: pd.DataFrame) -> pd.DataFrame:
+    """Gavel's measured epoch-time ratios between its types, alone at scale factor 1, for the models of
+    :data:`GAVEL_MODELS`: columns model, batch_size, from_type, to_type, ratio = throughput(from) /
+    throughput(to) (steps/s at one batch size, so the same ratio of epoch times)."""
+    alone = solo[(solo["scale_factor"] == 1) & solo["consolidated"] & solo["model"].isin(list(GAVEL_MODELS))
+                 & (solo["throughput"] > 0)]
+    wide = alone.pivot_table(index=["model", "batch_size"], columns="gpu_type", values="throughput",
+                             aggfunc="first")
+    types = [str(t) for t in wide.columns]
+    out = []
+    for (model, batch), speeds in zip(wide.index, wide.to_numpy(float), strict=True):
+        for a, speed_a in zip(types, speeds, strict=True):
+            for b, speed_b in zip(types, speeds, strict=True):
+                if a != b and np.isfinite(speed_a) and np.isfinite(speed_b):
+                    out.append((model, int(batch), a, b, float(speed_a / speed_b)))
+    return pd.DataFrame(out, columns=["model", "batch_size", "from_type", "to_type", "ratio"])
+
+
+def _gavel_check(model: EpochTimeModel, predictor: str, solo: pd.DataFrame) -> pd.DataFrame:
+    ratios = gavel_ratios(solo)
+    if ratios.empty:
+        return pd.DataFrame(columns=list(POINT_COLUMNS))
+    facts = ratios["model"].map(dict(GAVEL_MODELS))
+    hyper = pd.DataFrame({"parameters": [w.parameters for w in facts],
+                          "samples_per_epoch": [w.samples_per_epoch for w in facts],
+                          "model_family": [w.model_family for w in facts],
+                          "batch_size": ratios["batch_size"].to_numpy()})
+    frames = []
+    for a, b in sorted(set(zip(ratios["from_type"], ratios["to_type"], strict=True))):
+        positions = np.flatnonzero(((ratios["from_type"] == a) & (ratios["to_type"] == b)).to_numpy())
+        out = model.ratio(hyper.iloc[positions], str(a), str(b))
+        frames.append(pd.DataFrame({"target": RATIO_TARGET, "check": CHECK_GAVEL, "predictor": predictor,
+                                    "measured": ratios["ratio"].to_numpy()[positions],
+                                    "p50": out["p50"].to_numpy(), "p90": out["p90"].to_numpy()}))
+    return pd.concat(frames, ignore_index=True)
+
+
+_COLOURS = {MODEL: "tab:green", BASELINE: "tab:grey"}
+
+
+def plot_measured_vs_predicted(points: pd.DataFrame, path: Path) -> Path:
+    """Log-log measured against predicted P50, one panel per check, the model and the baseline, y = x."""
+    checks = list(dict.fromkeys(points["check"]))
+    fig, axes = plt.subplots(1, len(checks), figsize=(4.2 * len(checks), 4.2), squeeze=False)
+    for ax, check in zip(axes[0], checks, strict=True):
+        part = points[points["check"] == check]
+        for predictor in (BASELINE, MODEL):  # the model last, on top
+            rows = part[part["predictor"] == predictor]
+            ax.scatter(rows["measured"], rows["p50"], s=7, alpha=0.55, label=predictor,
+                       color=_COLOURS[predictor])
+        lo = float(part[["measured", "p50"]].min().min())
+        hi = float(part[["measured", "p50"]].max().max())
+        ax.plot([lo, hi], [lo, hi], color="red", linewidth=1)
+        unit = "s" if (part["target"] == TARGET).all() else "x"
+        ax.set(xscale="log", yscale="log", title=check, xlabel=f"measured ({unit})")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("predicted P50")
+    return save_png(fig, path)
