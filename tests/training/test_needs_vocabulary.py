@@ -71,7 +71,7 @@ def test_the_bundle_answers_needs_beside_its_targets(needs: NeedsEstimator) -> N
     older = EstimatorBundle({})
     del older.__dict__["needs"]  # a bundle pickled before it carried needs estimators
     assert "needs" not in older.predict_records([record])[0]
-    with pytest.raises(ValueError, match="hyperparams.batchsize"):
+    with pytest.raises(ValueError, match=r"hyperparams\.batchsize"):
         bundle.predict_records([{**record, "hyperparams": json.dumps({"batchsize": 3})}])
 
 
