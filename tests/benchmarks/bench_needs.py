@@ -85,7 +85,7 @@ def main() -> None:
 
 
 def _long(table: pd.DataFrame) -> pd.DataFrame:
-    """The errors table, rounded, each target's checks together with the model first."""
+    """The errors table, rounded."""
     shown = table.assign(male=table["male"].round(3), p90_coverage=table["p90_coverage"].round(3))
     return shown.rename(columns={"male": "MALE", "p90_coverage": "P90 coverage"})
 

@@ -28,9 +28,11 @@ from training.needs.spread_sensitivity import (
     fit_spread_sensitivity,
     plot_measured_vs_predicted,
     pollux_hyperparams,
+    profiled_workload,
 )
 from training.needs.vocabulary import FAMILIES, PRECISIONS, validate
 from training.performance.profiles import POLLUX_WORKLOADS, load_pollux
+from training.performance.spread import fit_spread
 
 BERT_LIKE = {"parameters": 110_000_000, "batch_size": 8, "model_family": "transformer", "precision": "fp32"}
 
@@ -58,7 +60,7 @@ def test_every_pollux_workload_is_described_by_valid_hyperparameters(pollux: pd.
     assert len(described) == len(pollux)
     assert (described["batch_size"].to_numpy() == pollux["local_bsz"].to_numpy()).all()
     for record in described.drop_duplicates(["model", "batch_size"]).to_dict("records"):
-        validate(record)  # raises on a key or value the vocabulary refuses
+        validate({str(key): value for key, value in record.items()})  # raises on a key or value the vocabulary refuses
 
 
 def test_more_parameters_at_the_same_batch_slow_a_recommender_more_across_machines(
@@ -145,9 +147,70 @@ def test_the_model_pickles_and_states_what_it_predicts(model: SpreadSensitivityM
     assert "Pollux" in model.source
     assert set(model.margins) == {"spread", "scaling", "step"}
     assert all(math.isfinite(v) and v >= 0 for v in model.margins.values())
+    assert set(model.profiled_margins) == set(model.margins)
+    assert all(0 <= model.profiled_margins[k] < model.margins[k] for k in model.margins)
+    assert set(model.profiled) == set(POLLUX_WORKLOADS)
     again = pickle.loads(pickle.dumps(model))
     job = pd.DataFrame([BERT_LIKE])
     pd.testing.assert_frame_equal(again.predict(job, 8, 2), model.predict(job, 8, 2))
+    named = pd.DataFrame([{**BERT_LIKE, "model": "bert_base_uncased"}])
+    pd.testing.assert_frame_equal(again.predict(named, 8, 2), model.predict(named, 8, 2))
+
+
+def test_profiled_model_names_match_without_regard_to_case_or_separators() -> None:
+    for workload, facts in POLLUX_MODELS.items():
+        assert profiled_workload(facts.model) == workload
+        assert profiled_workload(facts.model.upper()) == workload
+    for name in ("resnet50", "ResNet-50", "resnet_50", " RESNET 50 "):
+        assert profiled_workload(name) == "imagenet"
+    assert profiled_workload("bert-base-uncased") == "bert"
+    assert profiled_workload("NeuMF") == "ncf"
+    for other in ("resnet18", "resnet101", "bert_large_uncased", "imagenet", "", None, 50):
+        assert profiled_workload(other) is None
+
+
+@pytest.mark.parametrize(("workload", "name", "batch"), [
+    ("imagenet", "ResNet-50", 57), ("bert", "bert_base_uncased", 8), ("ncf", "neumf", 2048), ("yolov3", "YOLOv3", 6)])
+def test_a_job_naming_a_profiled_model_gets_its_measured_fit_and_a_narrower_band(
+        model: SpreadSensitivityModel, pollux: pd.DataFrame, workload: str, name: str, batch: int) -> None:
+    facts = POLLUX_MODELS[workload]
+    stated = {"parameters": facts.parameters, "batch_size": batch, "model_family": facts.family,
+              "precision": facts.precision}
+    named, anonymous = pd.DataFrame([{**stated, "model": name}]), pd.DataFrame([stated])
+    measured = fit_spread(pollux[pollux["workload"] == workload], workload)  # the workload's own Pollux fit
+    for replicas, machines in ((2, 2), (8, 2), (16, 4), (64, 16)):
+        mine = model.predict(named, replicas, machines).iloc[0]
+        blind = model.predict(anonymous, replicas, machines).iloc[0]
+        assert mine["p90"] / mine["p50"] < blind["p90"] / blind["p50"]
+        assert mine["p90"] > mine["p50"]
+        gpus, hosts, local, one = (np.array([float(v)]) for v in (replicas, machines, batch, 1))
+        step = float(measured.step_s(gpus, hosts, local)[0])
+        assert mine["p50"] == pytest.approx(step / float(measured.step_s(gpus, one, local)[0]), rel=1e-3)
+        scaling = model.predict(named, replicas, machines, versus="one gpu").iloc[0]
+        assert scaling["p50"] == pytest.approx(step / float(measured.step_s(one, one, local)[0]), rel=1e-3)
+    curve, upper = model.curve({**stated, "model": name}), model.curve({**stated, "model": name}, "p90")
+    assert curve is not None and upper is not None
+    assert curve.grad_s == pytest.approx(float(measured.grad_s(batch)), rel=1e-3)
+    assert curve.network_s == pytest.approx(measured.network_s, rel=1e-3)
+    k, n = REFERENCE_SPREAD
+    assert upper.step_s(k, n) / upper.step_s(k, 1) == pytest.approx(float(model.predict(named, k, n)["p90"].iloc[0]),
+                                                                    rel=1e-6)
+
+
+def test_a_named_model_fills_its_facts_and_a_contradicted_or_unknown_name_takes_the_hyperparameter_path(
+        model: SpreadSensitivityModel) -> None:
+    facts = POLLUX_MODELS["imagenet"]
+    full = {"parameters": facts.parameters, "batch_size": 64, "model_family": "cnn", "precision": "fp32"}
+    by_name = model.predict(pd.DataFrame([{"model": "resnet50", "batch_size": 64}]), 8, 2)
+    pd.testing.assert_frame_equal(by_name, model.predict(pd.DataFrame([{**full, "model": "resnet50"}]), 8, 2))
+    assert model.curve({"model": "resnet50", "batch_size": 64}) is not None
+    assert model.curve({"model": "resnet50"}) is None  # the batch size is the job's own
+    anonymous = model.predict(pd.DataFrame([full]), 8, 2)
+    for other in ({"model": "resnet101"}, {"model": "resnet50", "precision": "fp16", "parameters": facts.parameters},
+                  {"model": "resnet50", "parameters": 2 * facts.parameters}):
+        job = pd.DataFrame([{**full, **other}])
+        pd.testing.assert_frame_equal(model.predict(job, 8, 2), model.predict(job.drop(columns="model"), 8, 2))
+    assert not np.allclose(by_name.to_numpy(), anonymous.to_numpy())
 
 
 def test_evaluation_reports_every_check_and_predictor(pollux: pd.DataFrame, tmp_path: Path) -> None:
@@ -165,6 +228,10 @@ def test_evaluation_reports_every_check_and_predictor(pollux: pd.DataFrame, tmp_
         assert (group["n"] == (spread_rows if target == TARGET else len(sample))).all()
     assert errors["male"].notna().all() and errors["p90_coverage"].between(0, 1).all()
     assert (points["p90"] >= points["p50"] - 1e-12).all()
+    bands = points[points["predictor"] == MODEL].assign(band=lambda p: p["p90"] / p["p50"])
+    for target in (TARGET, STEP_TARGET):  # the held-out batch sizes name their model: the profiled band
+        mine = bands[bands["target"] == target].groupby("check")["band"].median()
+        assert mine[UNSEEN_BATCH] < mine[UNSEEN_MODEL]
     none = points[(points["target"] == TARGET) & (points["predictor"] == NO_SLOWDOWN)]
     assert (none["p50"] == 1.0).all()
     assert (none["measured"] > 0.5).all()  # slowdowns, not step times
