@@ -99,7 +99,9 @@ class EstimatorBundle(PythonModel):
         return out
 
     def predict_records(self, records: Sequence[Mapping[str, Any]], cache: bool = True) -> list[dict[str, Any]]:
-        """The fast path for a few jobs given as dicts of job fields; same answers as :meth:`predict`.
+        """The fast path for a few jobs given as dicts of job fields; same answers as :meth:`predict`, plus
+        ``sources`` (the trace each target was trained on) and, for a record stating hyperparameters,
+        ``needs`` (:meth:`needs_of`; each answer names its measurements).
 
         Answers are cached (bounded LRUs): a scheduler sees the same job descriptions again and again
         (reruns of a group, a user's sweeps). First by the whole record but its job id, which no
@@ -118,8 +120,10 @@ class EstimatorBundle(PythonModel):
             per_record = self._cache(_RECORDS).answer(keys, lambda rows: self._by_features(
                 [records[i] for i in rows], cache=True))
         names = list(self.targets)
+        sources = {name: target.source for name, target in self.targets.items()}
         answers = [{"model_version": self.version, **{name: dict(zip(_QUANTITIES, values, strict=False))
-                                                     for name, values in zip(names, answer, strict=True)}}
+                                                     for name, values in zip(names, answer, strict=True)},
+                    "sources": dict(sources)}
                    for answer in per_record]
         for record, answer in zip(records, answers, strict=True):
             needs = self.needs_of(record)

@@ -49,6 +49,7 @@ def test_stated_hyperparameters_are_answered_and_pack_shared_gpus_by_p90_memory(
         estimate = httpx.post(f"{server.url}/v1/predict", json=job("ask-1", {**WIDE, "samples_per_epoch": 50_000},
                                                                    gpu=1, instances=4)).json()
         needs = estimate["tasks"][0]["needs"]
+        assert set(estimate["tasks"][0]["sources"].values()) == {"openb2023"}  # the trace-trained targets
         assert needs["gpu_mem_peak_gib"]["source"].startswith("GPUMemNet")
         assert needs["gpu_mem_peak_gib"]["p90"] >= needs["gpu_mem_peak_gib"]["p50"] > 1.0
         assert 0 < needs["gpu_util_pct"]["p50"] <= 100
