@@ -7,8 +7,8 @@ analytical baseline: mean absolute log error (MALE) of the P50 and P90 coverage 
 * peak GPU memory and mean GPU utilisation: GPUMemNet (6,000 MLP runs on an A100 40 GB), held out by
   unseen architectures and unseen batch-size bands (``training.needs.memory``);
 * seconds per epoch on each GPU type and the cross-type ratio: Zeus (six workloads on V100, A40,
-  RTX6000, P100) held out by unseen batch sizes, workload and GPU type; Gavel's K80/P100/V100 ratios
-  as an outside check (``training.needs.epoch_time``);
+  RTX6000, P100) held out by unseen batch sizes, workload and GPU type; the ratio also on Gavel's
+  K80/P100/V100 throughputs, held out by unseen model (``training.needs.epoch_time``);
 * the slowdown of spreading a job's replicas over machines: Pollux (six models), held out by unseen
   model and unseen batch sizes (``training.needs.spread_sensitivity``);
 * right-sizing: for the held-out GPUMemNet runs, the GPU memory and GPU share that packing by the P90

@@ -6,7 +6,8 @@ estimator needs are given:
 
 * ``gpu_mem_peak_gib``: peak GPU memory per GPU, P50/P90 (GPUMemNet);
 * ``gpu_util_pct``: mean GPU utilisation, P50/P90 (GPUMemNet);
-* ``epoch_s``: seconds per epoch on each GPU type the model answers for, P50/P90 (Zeus);
+* ``epoch_s``: seconds per epoch on each GPU type the model answers for, P50/P90 (Zeus; the ratio
+  between types also Gavel);
 * ``spread_slowdown``: how much slower a step of the task's replicas is on two machines of one rack
   than on one machine, P50/P90 (Pollux), with the predicted iteration-time curve that placement
   charges (``Job.sync_curve``).
@@ -104,12 +105,12 @@ def _quantiles(target: str, predicted: pd.DataFrame, source: str, scale: float =
 
 
 def fit_needs(progress: Callable[[str], None] | None = None) -> NeedsEstimator:
-    """Fit every estimator on the shipped measurements (GPUMemNet, Zeus, Pollux)."""
+    """Fit every estimator on the shipped measurements (GPUMemNet, Zeus, Gavel, Pollux)."""
     say = progress or (lambda _: None)
     started = time.perf_counter()
     say("needs: GPU memory and utilisation (GPUMemNet)")
     memory = fit_memory_models()
-    say("needs: epoch time per GPU type (Zeus)")
+    say("needs: epoch time per GPU type (Zeus, Gavel)")
     epoch = fit_epoch_time()
     say("needs: spread sensitivity (Pollux)")
     spread = fit_spread_sensitivity()
