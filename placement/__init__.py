@@ -1,1 +1,142 @@
-"""Placement: the cluster model and topology, and (later) the policies that put tasks on machines."""
+"""Placement: the cluster model and topology, the online and batch policies that put jobs' tasks on
+machines, and the trace replay that judges them.
+
+The names below are the package's public face: import them from ``placement`` (``from placement import
+Cluster, Job, online_policy``) rather than from the modules that define them, which may move. Each
+module is loaded when a name from it is first used, so importing a light part of the package (its
+errors, its GPU-type table) does not load the policies and their dependencies.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from placement.batch import BATCH_POLICIES as BATCH_POLICIES
+    from placement.batch import BatchPolicy as BatchPolicy
+    from placement.batch import BatchResult as BatchResult
+    from placement.batch import batch_policy as batch_policy
+    from placement.cluster import CapacityArrays as CapacityArrays
+    from placement.cluster import Cluster as Cluster
+    from placement.cluster import Machine as Machine
+    from placement.cluster import build_cluster as build_cluster
+    from placement.cluster_io import CLUSTERS as CLUSTERS
+    from placement.cluster_io import data_dir as data_dir
+    from placement.cluster_io import load_cluster as load_cluster
+    from placement.decision import Decision as Decision
+    from placement.decision import Verdict as Verdict
+    from placement.demand import Job as Job
+    from placement.demand import Role as Role
+    from placement.demand import Task as Task
+    from placement.errors import ClusterSpecError as ClusterSpecError
+    from placement.errors import InputError as InputError
+    from placement.errors import TopologyError as TopologyError
+    from placement.feasibility import Need as Need
+    from placement.feasibility import need_of as need_of
+    from placement.feasibility import violations as violations
+    from placement.gpu_types import CPU_ONLY as CPU_ONLY
+    from placement.gpu_types import GPU_MEM_GIB as GPU_MEM_GIB
+    from placement.gpu_types import KNOWN_TYPES as KNOWN_TYPES
+    from placement.layout import MIB_PER_GIB as MIB_PER_GIB
+    from placement.layout import MILLI as MILLI
+    from placement.layout import Derived as Derived
+    from placement.layout import Layout as Layout
+    from placement.network import NetworkTally as NetworkTally
+    from placement.network import network_cost as network_cost
+    from placement.network import placement_cost as placement_cost
+    from placement.online import PlacementConfig as PlacementConfig
+    from placement.online import Step as Step
+    from placement.policies import CHOOSERS as CHOOSERS
+    from placement.policies import OnlinePolicy as OnlinePolicy
+    from placement.policies import online_policy as online_policy
+    from placement.sim.engine import BatchWindow as BatchWindow
+    from placement.sim.engine import JobRecord as JobRecord
+    from placement.sim.engine import SimResult as SimResult
+    from placement.sim.engine import simulate as simulate
+    from placement.sim.jobs import SimJob as SimJob
+    from placement.sim.jobs import without_sharing as without_sharing
+    from placement.sim.metrics import summarise as summarise
+    from placement.sim.queues import QueuePolicy as QueuePolicy
+    from placement.sim.queues import queue_policy as queue_policy
+    from placement.sim.runtime import MeasuredRuntime as MeasuredRuntime
+    from placement.sim.runtime import Runtime as Runtime
+    from placement.sim.runtime import TraceRuntime as TraceRuntime
+    from placement.snapshot import Allocation as Allocation
+    from placement.snapshot import ClusterSnapshot as ClusterSnapshot
+    from placement.snapshot import InstancePlacement as InstancePlacement
+    from placement.snapshot import apply as apply
+    from placement.snapshot import at_generation as at_generation
+    from placement.snapshot import empty_snapshot as empty_snapshot
+    from placement.snapshot import layout_of as layout_of
+    from placement.snapshot import release as release
+    from placement.speed import NO_PROFILES as NO_PROFILES
+    from placement.speed import REFERENCE_SPEED_TYPE as REFERENCE_SPEED_TYPE
+    from placement.speed import SpeedModel as SpeedModel
+    from placement.speed import Spread as Spread
+    from placement.speed import SyncCurve as SyncCurve
+    from placement.speed import WorkloadSpeed as WorkloadSpeed
+    from placement.store import CommitStatus as CommitStatus
+    from placement.store import MemoryStore as MemoryStore
+    from placement.store import StateStore as StateStore
+    from placement.store import place_and_commit as place_and_commit
+    from placement.topology import DEFAULT_DISTANCE_COST as DEFAULT_DISTANCE_COST
+    from placement.topology import DEFAULT_RACK_SIZE as DEFAULT_RACK_SIZE
+    from placement.topology import DEFAULT_RACKS_PER_DOMAIN as DEFAULT_RACKS_PER_DOMAIN
+    from placement.topology import Topology as Topology
+    from placement.topology import default_topology as default_topology
+    from placement.topology import dump_topology_yaml as dump_topology_yaml
+    from placement.topology import load_topology_yaml as load_topology_yaml
+    from placement.topology import parse_topology_yaml as parse_topology_yaml
+    from placement.working import FEW_CPU as FEW_CPU
+    from placement.working import FEW_GPUS as FEW_GPUS
+    from placement.working import FEW_MEM as FEW_MEM
+    from placement.working import NO_SHARED_GPU as NO_SHARED_GPU
+    from placement.working import WRONG_TYPE as WRONG_TYPE
+    from placement.working import Candidates as Candidates
+    from placement.working import WorkingState as WorkingState
+
+EXPORTS: dict[str, tuple[str, ...]] = {
+    "placement.batch": ("BATCH_POLICIES", "BatchPolicy", "BatchResult", "batch_policy"),
+    "placement.cluster": ("CapacityArrays", "Cluster", "Machine", "build_cluster"),
+    "placement.cluster_io": ("CLUSTERS", "data_dir", "load_cluster"),
+    "placement.decision": ("Decision", "Verdict"),
+    "placement.demand": ("Job", "Role", "Task"),
+    "placement.errors": ("ClusterSpecError", "InputError", "TopologyError"),
+    "placement.feasibility": ("Need", "need_of", "violations"),
+    "placement.gpu_types": ("CPU_ONLY", "GPU_MEM_GIB", "KNOWN_TYPES"),
+    "placement.layout": ("MIB_PER_GIB", "MILLI", "Derived", "Layout"),
+    "placement.network": ("NetworkTally", "network_cost", "placement_cost"),
+    "placement.online": ("PlacementConfig", "Step"),
+    "placement.policies": ("CHOOSERS", "OnlinePolicy", "online_policy"),
+    "placement.sim.engine": ("BatchWindow", "JobRecord", "SimResult", "simulate"),
+    "placement.sim.jobs": ("SimJob", "without_sharing"),
+    "placement.sim.metrics": ("summarise",),
+    "placement.sim.queues": ("QueuePolicy", "queue_policy"),
+    "placement.sim.runtime": ("MeasuredRuntime", "Runtime", "TraceRuntime"),
+    "placement.snapshot": ("Allocation", "ClusterSnapshot", "InstancePlacement", "apply", "at_generation",
+                           "empty_snapshot", "layout_of", "release"),
+    "placement.speed": ("NO_PROFILES", "REFERENCE_SPEED_TYPE", "SpeedModel", "Spread", "SyncCurve", "WorkloadSpeed"),
+    "placement.store": ("CommitStatus", "MemoryStore", "StateStore", "place_and_commit"),
+    "placement.topology": ("DEFAULT_DISTANCE_COST", "DEFAULT_RACK_SIZE", "DEFAULT_RACKS_PER_DOMAIN", "Topology",
+                           "default_topology", "dump_topology_yaml", "load_topology_yaml", "parse_topology_yaml"),
+    "placement.working": ("FEW_CPU", "FEW_GPUS", "FEW_MEM", "NO_SHARED_GPU", "WRONG_TYPE", "Candidates",
+                          "WorkingState"),
+}
+"""Module -> the public names it defines (the same names as the imports for type checkers above)."""
+
+_HOME = {name: module for module, names in EXPORTS.items() for name in names}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'placement' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups find it without coming here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -3,7 +3,7 @@
 Objective, lexicographic (``BatchResult.key``, lower is better):
 
 1. jobs placed, more is better (gang: a job counts only with every instance placed);
-2. network cost, lower is better: sum over placed jobs of ``placement.network.placement_cost``
+2. network cost, lower is better: sum over placed jobs of ``placement.network.network_cost``
    (Liquid: Gbit/s x distance cost per PS/worker pair; all-reduce jobs pay per machine/rack/domain added);
 3. machines touched, fewer is better: machines hosting at least one instance of the batch.
 
@@ -30,12 +30,14 @@ import numpy as np
 
 from placement.bounds import machines_lower_bound
 from placement.decision import Decision, Verdict
-from placement.demand import Job, Role, Task
+from placement.demand import Job, Task
 from placement.explain import failure_reasons
 from placement.feasibility import Need, need_of, violations
-from placement.network import DEFAULT_DISTANCE_COST, placement_cost
+from placement.layout import Layout, Places
+from placement.network import network_cost, placement_cost
 from placement.online import instance_order
 from placement.snapshot import MILLI, Allocation, ClusterSnapshot, InstancePlacement, apply
+from placement.topology import DEFAULT_DISTANCE_COST
 from placement.working import WorkingState
 
 PlanEntry = tuple[Job, Sequence[int] | None]
@@ -281,38 +283,14 @@ def first_fit_job(working: WorkingState, job: Job) -> tuple[list[int] | None, tu
     return machines, None
 
 
-def instance_tasks_ordered(job: Job) -> list[Task]:
-    """The task of every instance in plan order (``instance_order``)."""
-    return [job.tasks[i] for i in instance_order(job)]
+def plan_cost(job: Job, machines: Sequence[int], layout: Layout | Places,
+              cost: Sequence[float] = DEFAULT_DISTANCE_COST) -> float:
+    """``placement.network.network_cost`` of ``job`` with instance k (``instance_order``) on ``machines[k]``."""
+    return network_cost(job, zip(instance_order(job), machines, strict=True), layout, cost)
 
 
 def network_cost_fast(job: Job, machines: Sequence[int], rack: Sequence[int], domain: Sequence[int],
                       cost: Sequence[float] = DEFAULT_DISTANCE_COST) -> float:
-    """``placement_cost`` of ``job`` with instance k (``instance_order``) on ``machines[k]``, in plain Python."""
-    tasks = instance_tasks_ordered(job)
-
-    def level(a: int, b: int) -> int:
-        return 0 if a == b else 1 if rack[a] == rack[b] else 2 if domain[a] == domain[b] else 3
-
-    n_ps = sum(1 for t in tasks if t.role is Role.PS)
-    if n_ps:
-        ps: dict[int, int] = {}
-        workers: dict[int, float] = {}
-        for task, m in zip(tasks, machines, strict=True):
-            if task.role is Role.PS:
-                ps[m] = ps.get(m, 0) + 1
-            else:
-                workers[m] = workers.get(m, 0.0) + task.bandwidth_gbps / n_ps
-        return sum(n * b * cost[level(p, w)] for p, n in ps.items() for w, b in workers.items())
-    total = 0.0
-    seen: set[int] = set()
-    racks: set[int] = set()
-    domains: set[int] = set()
-    for task, m in zip(tasks, machines, strict=True):
-        if seen:
-            lvl = 0 if m in seen else 1 if rack[m] in racks else 2 if domain[m] in domains else 3
-            total += task.bandwidth_gbps * cost[lvl]
-        seen.add(m)
-        racks.add(rack[m])
-        domains.add(domain[m])
-    return total
+    """:func:`plan_cost` with the machines' racks and domains given as lists (``rack[m]``, ``domain[m]``)."""
+    where = Places(np.asarray(rack, dtype=np.int64), np.asarray(domain, dtype=np.int64))
+    return plan_cost(job, machines, where, cost)

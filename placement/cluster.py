@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from placement.gpu_types import CPU_ONLY, GPU_MEM_GIB, gpu_mem_gib
+from placement.layout import Layout
 from placement.topology import DEFAULT_RACK_SIZE, DEFAULT_RACKS_PER_DOMAIN, Topology, default_topology
 
 IntArray = npt.NDArray[np.int64]
@@ -172,6 +173,11 @@ class Cluster:
     def capacity_arrays(self) -> CapacityArrays:
         """The cluster as read-only numpy columns (built once, then cached)."""
         return self._capacity_arrays
+
+    @cached_property
+    def layout(self) -> Layout:
+        """The cluster in integer units, with what is derived from it (``placement.layout``; built once)."""
+        return Layout.of(self.capacity_arrays())
 
 
 def build_cluster(

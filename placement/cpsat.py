@@ -13,9 +13,9 @@ Constraints:
 Objective (minimised, integer weights, so lexicographic): ``-W_job sum x + W_net network + sum used`` with
 ``W_net`` = candidate machines + 1 and ``W_job`` > the whole range of the other two terms.
 Network, in 0.1 Gbit/s x cost units: ``b_j [(c1-c0) sum u + (c2-c1) sum r + (c3-c2) sum d + (c0 N_j - c3) x_j]``
-with costs (c0..c3) per level and b_j the job's largest bandwidth: exactly ``placement_cost`` for an
-all-reduce job whose instances share one bandwidth (each added machine pays c1, rack c2, domain c3);
-a proxy for parameter-server jobs and mixed bandwidths.
+with costs (c0..c3) per level and b_j the job's largest bandwidth: exactly ``placement.network.network_cost``
+for an all-reduce job whose instances share one bandwidth (each added machine pays c1, rack c2, domain
+c3); a proxy for parameter-server jobs and mixed bandwidths.
 
 Restrictions, stated: a task's candidate machines are those that can host one instance now, limited
 to the ``top_k`` with the most room for it plus the ``top_k`` fullest that fit (best fit), more for
@@ -47,9 +47,9 @@ from placement.bounds import machines_lower_bound
 from placement.demand import Job
 from placement.feasibility import Need, need_of
 from placement.ffd import ffd_plan, liquid_plan, plan_objective
-from placement.network import DEFAULT_DISTANCE_COST
 from placement.online import instance_order
 from placement.snapshot import MILLI, ClusterSnapshot
+from placement.topology import DEFAULT_DISTANCE_COST
 from placement.working import IntArray, WorkingState
 
 NETWORK_SCALE = 10

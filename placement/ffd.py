@@ -16,11 +16,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from placement.batch import BatchResult, PlanEntry, check_batch, finish, first_fit_job, network_cost_fast, usage_only
+from placement.batch import BatchResult, PlanEntry, check_batch, finish, first_fit_job, plan_cost, usage_only
 from placement.demand import Job
-from placement.network import DEFAULT_DISTANCE_COST
 from placement.policies import online_policy
 from placement.snapshot import ClusterSnapshot, apply
+from placement.topology import DEFAULT_DISTANCE_COST
 from placement.working import WorkingState
 
 
@@ -81,7 +81,6 @@ def plan_objective(snapshot: ClusterSnapshot, plan: Sequence[PlanEntry],
                    distance_cost: Sequence[float] = DEFAULT_DISTANCE_COST) -> tuple[int, float, int]:
     """The batch objective key (-jobs placed, network cost, machines touched) of a plan; lower is better."""
     layout = snapshot.layout
-    rack, domain = layout.rack.tolist(), layout.domain.tolist()
     placed = [(job, machines) for job, machines in plan if machines is not None]
-    network = sum(network_cost_fast(job, machines, rack, domain, distance_cost) for job, machines in placed)
+    network = sum(plan_cost(job, machines, layout, distance_cost) for job, machines in placed)
     return -len(placed), round(network, 6), len({m for _, machines in placed for m in machines})

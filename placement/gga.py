@@ -40,8 +40,8 @@ from placement.bounds import machines_lower_bound, meets_bound
 from placement.demand import Job
 from placement.ffd import ffd_order, ffd_plan, liquid_plan
 from placement.gga_packing import GgaSettings, Packing, Pool, candidate_machines
-from placement.network import DEFAULT_DISTANCE_COST
 from placement.snapshot import ClusterSnapshot
+from placement.topology import DEFAULT_DISTANCE_COST
 
 if not hasattr(creator, "GgaFitness"):
     creator.create("GgaFitness", base.Fitness, weights=(1.0, -1.0, -1.0))

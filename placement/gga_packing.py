@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from placement.batch import PlanEntry, network_cost_fast
+from placement.batch import PlanEntry
 from placement.demand import Job, Task
 from placement.feasibility import Need, need_of
+from placement.network import network_cost
 from placement.online import instance_order
 from placement.snapshot import MILLI, ClusterSnapshot
 from placement.working import BoolArray, IntArray, WorkingState
@@ -60,7 +61,7 @@ class Pool:
                               (layout.cpu_cap - snapshot.cpu_used)[ids],
                               (layout.mem_cap - snapshot.mem_used)[ids]]).astype(np.int64)
         self.rack, self.domain = layout.rack[ids], layout.domain[ids]
-        self.rack_of, self.domain_of = layout.rack.tolist(), layout.domain.tolist()
+        self.places = layout.derived.places
         spans = [slice(int(layout.gpu_first[m]), int(layout.gpu_first[m] + layout.gpu_count[m])) for m in self.ids]
         self.gpus = [(snapshot.gpu_milli_used[s].tolist(), snapshot.gpu_mem_used[s].tolist(),
                       layout.gpu_mem_cap[s].tolist()) for s in spans]
@@ -240,9 +241,10 @@ class Packing:
     def network(self, j: int) -> float:
         if j not in self.costs:
             machines = [self.pool.ids[m] for m in self.where[j] if m is not None]
-            job, pool = self.pool.jobs[j], self.pool
+            pool = self.pool
             placed = len(machines) == len(self.where[j])
-            self.costs[j] = network_cost_fast(job, machines, pool.rack_of, pool.domain_of, pool.cost) if placed else 0.0
+            self.costs[j] = network_cost(pool.jobs[j], zip(pool.task_of[j], machines, strict=True), pool.places,
+                                         pool.cost) if placed else 0.0
         return self.costs[j]
 
     def objective(self) -> tuple[int, float, int]:

@@ -19,15 +19,18 @@ import numpy as np
 import numpy.typing as npt
 
 from placement.decision import Decision, Verdict
-from placement.demand import Job, Role, Task
+from placement.demand import Job, Role
 from placement.explain import failure_reasons
 from placement.feasibility import Need, need_of, violations
-from placement.network import DEFAULT_DISTANCE_COST, NetworkTally, placement_cost
+from placement.network import NetworkTally, placement_cost
 from placement.snapshot import MILLI, Allocation, ClusterSnapshot, InstancePlacement, Layout, empty_snapshot
 from placement.speed import SpeedModel
+from placement.topology import DEFAULT_DISTANCE_COST
 from placement.working import Candidates, WorkingState
 
 FloatArray = npt.NDArray[np.float64]
+UNKNOWN_TIER = 2
+"""The tier of a GPU type ``PlacementConfig.gpu_tier`` does not name."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,16 @@ class PlacementConfig:
         "CPU": 0, "MISC": 1, "T4": 2, "P100": 2, "G1": 2, "G2": 2, "V100M16": 3, "V100": 3, "G3": 3, "A10": 3,
         "V100M32": 4}))
     seed: int = 0
+    _tiers_of: dict[tuple[str, ...], tuple[int, ...]] = field(default_factory=dict, init=False, repr=False,
+                                                              compare=False)
+    """:meth:`tiers_of` by its argument (a memo, not part of the configuration)."""
+
+    def tiers_of(self, gpu_types: tuple[str, ...]) -> tuple[int, ...]:
+        """The tier of each of ``gpu_types`` (``UNKNOWN_TIER`` for a type ``gpu_tier`` does not name)."""
+        found = self._tiers_of.get(gpu_types)
+        if found is None:
+            found = self._tiers_of[gpu_types] = tuple(self.gpu_tier.get(t, UNKNOWN_TIER) for t in gpu_types)
+        return found
 
 
 @dataclass
@@ -138,10 +151,6 @@ def _build(snapshot: ClusterSnapshot, job: Job, choose: Chooser, config: Placeme
     return placed, None, network.total
 
 
-_FITS_EMPTY: dict[tuple[int, tuple[Task, ...]], bool] = {}
-_FITS_EMPTY_MAX = 4096
-
-
 def _first_machine(step: Step) -> FloatArray:
     return np.zeros(step.working.n_machines)
 
@@ -154,16 +163,14 @@ def _wait_or_never(snapshot: ClusterSnapshot, job: Job, choose: Chooser, config:
                    fills: Fills) -> Verdict:
     """``unschedulable-now`` if the job fits the same cluster with nothing allocated (placed there by
     first fit, packing each machine, or else by the policy itself), else ``can-never-fit``. Remembered
-    per cluster and job shape: the answer does not depend on what is allocated."""
+    per cluster and job shape (``Derived.fits_empty``): the answer does not depend on what is allocated."""
     empty = empty_snapshot(snapshot.cluster)
-    key = (id(empty), job.tasks)
-    fits = _FITS_EMPTY.get(key)
-    if fits is None:
-        fits = (_build(empty, job, _first_machine, config, _fill)[1] is None
+
+    def fits_empty() -> bool:
+        return (_build(empty, job, _first_machine, config, _fill)[1] is None
                 or _build(empty, job, choose, config, fills)[1] is None)
-        if len(_FITS_EMPTY) >= _FITS_EMPTY_MAX:
-            _FITS_EMPTY.clear()
-        _FITS_EMPTY[key] = fits
+
+    fits = empty.layout.derived.fits_empty.get(job.tasks, fits_empty)
     return Verdict.UNSCHEDULABLE_NOW if fits else Verdict.CAN_NEVER_FIT
 
 
@@ -194,30 +201,25 @@ def breakdown(snapshot: ClusterSnapshot, job: Job, allocation: Allocation, confi
     }
 
 
-_TIERS: dict[tuple[int, int], tuple[Layout, PlacementConfig, FloatArray, FloatArray]] = {}
-_TIERS_MAX = 256
-
-
 def machine_tiers(config: PlacementConfig, layout: Layout) -> FloatArray:
-    """Tier of each machine's GPU type (higher = scarcer, more capable; unknown types 2). Cached per
-    layout and config; read-only."""
-    return _tiers(config, layout)[2]
+    """Tier of each machine's GPU type (higher = scarcer, more capable; unknown types 2). Worked out once
+    per layout and tier table (``Derived.tiers``); read-only."""
+    return _tiers(config, layout)[0]
 
 
 def machine_scarcity(config: PlacementConfig, layout: Layout) -> FloatArray:
     """:func:`machine_tiers` scaled to 0..1 by the highest tier (read-only)."""
-    return _tiers(config, layout)[3]
+    return _tiers(config, layout)[1]
 
 
-def _tiers(config: PlacementConfig, layout: Layout) -> tuple[Layout, PlacementConfig, FloatArray, FloatArray]:
-    key = (id(layout), id(config))
-    cached = _TIERS.get(key)
-    if cached is None or cached[0] is not layout or cached[1] is not config:
-        by_type = np.array([config.gpu_tier.get(t, 2) for t in layout.gpu_types], dtype=float)
-        tier = by_type[layout.gpu_type] if len(by_type) else np.zeros(len(layout.gpu_type))
+def _tiers(config: PlacementConfig, layout: Layout) -> tuple[FloatArray, FloatArray]:
+    by_type = config.tiers_of(layout.gpu_types)
+
+    def make() -> tuple[FloatArray, FloatArray]:
+        per_type = np.array(by_type, dtype=float)
+        tier = per_type[layout.gpu_type] if len(per_type) else np.zeros(len(layout.gpu_type))
         scarce = tier / max(float(tier.max()) if len(tier) else 0.0, 1.0)
         tier.flags.writeable = scarce.flags.writeable = False
-        if len(_TIERS) >= _TIERS_MAX:
-            _TIERS.clear()
-        cached = _TIERS[key] = (layout, config, tier, scarce)
-    return cached
+        return tier, scarce
+
+    return layout.derived.tiers.get(by_type, make)

@@ -1,8 +1,9 @@
 """The immutable cluster snapshot: what is allocated on every GPU and machine, with a generation.
 
-Amounts are kept as integers so that placing and releasing a job restores the exact prior state:
-GPU share in milli-GPUs (1000 = one whole GPU), memory in MiB, CPU in milli-cores. Demands are
-rounded **up** to these units and capacities **down**, so rounding never over-allocates.
+Amounts are kept as integers (units in ``placement.layout``) so that placing and releasing a job
+restores the exact prior state: GPU share in milli-GPUs (1000 = one whole GPU), memory in MiB, CPU in
+milli-cores. Demands are rounded **up** to these units and capacities **down**, so rounding never
+over-allocates.
 
 A policy reads a snapshot and returns a decision; :func:`apply` and :func:`release` return new
 snapshots (``generation`` + 1); nothing here mutates a snapshot in place.
@@ -10,9 +11,7 @@ snapshots (``generation`` + 1); nothing here mutates a snapshot in place.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -20,20 +19,10 @@ from pyrsistent import pmap
 from pyrsistent.typing import PMap
 
 from placement.cluster import Cluster
+from placement.layout import MIB_PER_GIB, MILLI, IntArray, Layout, down, frozen, up
 
-IntArray = npt.NDArray[np.int64]
-MILLI = 1000
-MIB_PER_GIB = 1024
-
-
-def up(amount: float, per_unit: int) -> int:
-    """``amount`` in integer units, rounded up (a demand)."""
-    return 0 if amount <= 0 else math.ceil(amount * per_unit - 1e-9)
-
-
-def down(amount: float, per_unit: int) -> int:
-    """``amount`` in integer units, rounded down (a capacity)."""
-    return max(0, math.floor(amount * per_unit + 1e-9))
+__all__ = ["MIB_PER_GIB", "MILLI", "Allocation", "ClusterSnapshot", "InstancePlacement", "IntArray", "Layout",
+           "allocated_share", "apply", "at_generation", "down", "empty_snapshot", "layout_of", "release", "up"]
 
 
 @dataclass(frozen=True)
@@ -60,9 +49,16 @@ class Allocation:
         return {p.machine for p in self.instances}
 
 
-def _frozen(array: IntArray) -> IntArray:
-    array.flags.writeable = False
-    return array
+class _PerMachine:
+    """Per-machine sums of one snapshot's GPU usage, each worked out when first read (or carried over
+    from the snapshot it was made from)."""
+
+    __slots__ = ("free_whole", "gpu_milli", "share")
+
+    def __init__(self) -> None:
+        self.gpu_milli: IntArray | None = None
+        self.free_whole: IntArray | None = None
+        self.share: npt.NDArray[np.float64] | None = None
 
 
 @dataclass(frozen=True)
@@ -77,89 +73,58 @@ class ClusterSnapshot:
     mem_used: IntArray
     allocations: PMap[str, Allocation] = field(default_factory=pmap)
     """Live allocations by job id: a persistent map, so a new snapshot shares it instead of copying."""
+    _per_machine: _PerMachine = field(default_factory=_PerMachine, init=False, repr=False, compare=False)
 
     @staticmethod
     def empty(cluster: Cluster) -> ClusterSnapshot:
-        layout = layout_of(cluster)
+        layout = cluster.layout
         zeros = len(layout.gpu_machine)
-        return ClusterSnapshot(cluster, 0, _frozen(np.zeros(zeros, np.int64)), _frozen(np.zeros(zeros, np.int64)),
-                               _frozen(np.zeros(len(cluster), np.int64)), _frozen(np.zeros(len(cluster), np.int64)))
+        return ClusterSnapshot(cluster, 0, frozen(np.zeros(zeros, np.int64)), frozen(np.zeros(zeros, np.int64)),
+                               frozen(np.zeros(len(cluster), np.int64)), frozen(np.zeros(len(cluster), np.int64)))
 
     @property
     def layout(self) -> Layout:
-        return layout_of(self.cluster)
+        return self.cluster.layout
 
-    @cached_property
+    @property
     def machine_gpu_milli(self) -> IntArray:
         """Allocated milli-GPUs per machine (derived once per snapshot)."""
-        layout = self.layout
-        return _frozen(np.bincount(layout.gpu_machine, weights=self.gpu_milli_used,
-                                   minlength=len(self.cpu_used)).astype(np.int64))
+        sums = self._per_machine
+        if sums.gpu_milli is None:
+            sums.gpu_milli = frozen(np.bincount(self.layout.gpu_machine, weights=self.gpu_milli_used,
+                                                minlength=len(self.cpu_used)).astype(np.int64))
+        return sums.gpu_milli
 
-    @cached_property
+    @property
     def machine_share(self) -> npt.NDArray[np.float64]:
         """Allocated share of each machine's GPUs, 0..1 (a CPU-only machine: of its CPU)."""
-        share = allocated_share(self.layout, self.machine_gpu_milli, self.cpu_used)
-        share.flags.writeable = False
-        return share
+        sums = self._per_machine
+        if sums.share is None:
+            sums.share = frozen(allocated_share(self.layout, self.machine_gpu_milli, self.cpu_used))
+        return sums.share
 
-    @cached_property
+    @property
     def machine_free_whole(self) -> IntArray:
         """Completely free GPUs per machine (no share and no memory taken)."""
-        free = (self.gpu_milli_used == 0) & (self.gpu_mem_used == 0)
-        counts = np.bincount(self.layout.gpu_machine, weights=free, minlength=len(self.cpu_used))
-        return _frozen(counts.astype(np.int64))
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Integer capacities of a cluster and where its GPUs are (shared by all its snapshots)."""
-
-    gpu_machine: IntArray
-    gpu_mem_cap: IntArray
-    gpu_first: IntArray
-    gpu_count: IntArray
-    cpu_cap: IntArray
-    mem_cap: IntArray
-    rack: IntArray
-    domain: IntArray
-    gpu_type: IntArray
-    gpu_types: tuple[str, ...]
-
-
-_LAYOUTS: dict[int, tuple[Cluster, Layout]] = {}
+        sums = self._per_machine
+        if sums.free_whole is None:
+            free = (self.gpu_milli_used == 0) & (self.gpu_mem_used == 0)
+            counts = np.bincount(self.layout.gpu_machine, weights=free, minlength=len(self.cpu_used))
+            sums.free_whole = frozen(counts.astype(np.int64))
+        return sums.free_whole
 
 
 def layout_of(cluster: Cluster) -> Layout:
-    """The (cached) integer layout of ``cluster``."""
-    cached = _LAYOUTS.get(id(cluster))
-    if cached is not None and cached[0] is cluster:
-        return cached[1]
-    caps = cluster.capacity_arrays()
-    gpus = np.asarray(caps.gpus, dtype=np.int64)
-    first = np.concatenate([[0], np.cumsum(gpus)[:-1]]).astype(np.int64)
-    layout = Layout(
-        gpu_machine=_frozen(np.repeat(np.arange(len(gpus), dtype=np.int64), gpus)),
-        gpu_mem_cap=_frozen(np.repeat([down(m, MIB_PER_GIB) for m in caps.gpu_mem_gib], gpus).astype(np.int64)),
-        gpu_first=_frozen(first),
-        gpu_count=_frozen(gpus.copy()),
-        cpu_cap=_frozen(np.array([down(c, MILLI) for c in caps.cpu_cores], dtype=np.int64)),
-        mem_cap=_frozen(np.array([down(m, MIB_PER_GIB) for m in caps.mem_gib], dtype=np.int64)),
-        rack=caps.rack_index, domain=caps.domain_index, gpu_type=caps.gpu_type_index, gpu_types=caps.gpu_types,
-    )
-    _LAYOUTS[id(cluster)] = (cluster, layout)
-    return layout
-
-
-_EMPTY: dict[int, ClusterSnapshot] = {}
+    """The integer layout of ``cluster`` (``Cluster.layout``)."""
+    return cluster.layout
 
 
 def empty_snapshot(cluster: Cluster) -> ClusterSnapshot:
-    """The (cached) snapshot of ``cluster`` with nothing allocated: what a job could get at best."""
-    cached = _EMPTY.get(id(cluster))
-    if cached is None or cached.cluster is not cluster:
-        cached = _EMPTY[id(cluster)] = ClusterSnapshot.empty(cluster)
-    return cached
+    """The snapshot of ``cluster`` with nothing allocated (made once per cluster): what a job could get at best."""
+    derived = cluster.layout.derived
+    if derived.empty_snapshot is None:
+        derived.empty_snapshot = ClusterSnapshot.empty(cluster)
+    return derived.empty_snapshot
 
 
 def apply(snapshot: ClusterSnapshot, allocation: Allocation) -> ClusterSnapshot:
@@ -187,23 +152,20 @@ def _with(snapshot: ClusterSnapshot, allocation: Allocation, sign: int,
             gpu_mem[g] += sign * p.gpu_mem_mib
         cpu[p.machine] += sign * p.cpu_milli
         mem[p.machine] += sign * p.mem_mib
-    child = ClusterSnapshot(snapshot.cluster, snapshot.generation + 1, _frozen(gpu_milli), _frozen(gpu_mem),
-                            _frozen(cpu), _frozen(mem), allocations)
+    child = ClusterSnapshot(snapshot.cluster, snapshot.generation + 1, frozen(gpu_milli), frozen(gpu_mem),
+                            frozen(cpu), frozen(mem), allocations)
     _carry_derived(snapshot, child, {p.machine for p in allocation.instances})
     return child
 
 
-_DERIVED = ("machine_gpu_milli", "machine_free_whole", "machine_share")
-
-
 def _carry_derived(parent: ClusterSnapshot, child: ClusterSnapshot, machines: set[int]) -> None:
-    """Give ``child`` the per-machine arrays ``parent`` has derived, recomputed on ``machines`` only
+    """Give ``child`` the per-machine sums ``parent`` has derived, recomputed on ``machines`` only
     (the only ones that differ), instead of deriving them again over the whole cluster."""
-    known = parent.__dict__
-    if any(name not in known for name in _DERIVED):
+    known = parent._per_machine
+    if known.gpu_milli is None or known.free_whole is None or known.share is None:
         return
     layout = child.layout
-    milli, free, share = (known[name].copy() for name in _DERIVED)
+    milli, free, share = known.gpu_milli.copy(), known.free_whole.copy(), known.share.copy()
     for m in machines:
         first, count = int(layout.gpu_first[m]), int(layout.gpu_count[m])
         if count:
@@ -214,8 +176,8 @@ def _carry_derived(parent: ClusterSnapshot, child: ClusterSnapshot, machines: se
             share[m] = sum(used) / (count * MILLI)
         else:
             share[m] = child.cpu_used[m] / max(int(layout.cpu_cap[m]), 1)
-    # cached_property keeps its value in the instance dict, which a frozen dataclass leaves writable
-    child.__dict__.update(zip(_DERIVED, (_frozen(milli), _frozen(free), _frozen(share)), strict=True))
+    sums = child._per_machine
+    sums.gpu_milli, sums.free_whole, sums.share = frozen(milli), frozen(free), frozen(share)
 
 
 def at_generation(snapshot: ClusterSnapshot, generation: int) -> ClusterSnapshot:
@@ -223,7 +185,8 @@ def at_generation(snapshot: ClusterSnapshot, generation: int) -> ClusterSnapshot
     if snapshot.generation == generation:
         return snapshot
     moved = replace(snapshot, generation=generation)
-    moved.__dict__.update({name: snapshot.__dict__[name] for name in _DERIVED if name in snapshot.__dict__})
+    known, sums = snapshot._per_machine, moved._per_machine
+    sums.gpu_milli, sums.free_whole, sums.share = known.gpu_milli, known.free_whole, known.share
     return moved
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -114,6 +114,9 @@ class SpeedModel:
     default_colocated: float = 0.5
     """Share of solo throughput kept beside a job of a class without a co-location factor (assumed)."""
     provenance: str = ""
+    _speeds: dict[tuple[str, tuple[str, ...]], tuple[float | None, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    """:meth:`speeds_on` by its arguments (a memo, not part of the model)."""
 
     def speed_of(self, workload: str, gpu_type: str) -> float | None:
         """Throughput of ``workload`` on ``gpu_type`` relative to V100; None where nothing is known."""
@@ -123,6 +126,14 @@ class SpeedModel:
         measured, multiplier = self.type_aliases.get(gpu_type, (gpu_type, 1.0))
         base = known.type_speed.get(measured)
         return None if base is None else base * multiplier
+
+    def speeds_on(self, workload: str, gpu_types: tuple[str, ...]) -> tuple[float | None, ...]:
+        """:meth:`speed_of` ``workload`` on each of ``gpu_types`` (worked out once per model and arguments)."""
+        key = (workload, gpu_types)
+        found = self._speeds.get(key)
+        if found is None:
+            found = self._speeds[key] = tuple(self.speed_of(workload, name) for name in gpu_types)
+        return found
 
     def type_factor(self, workload: str, placed_types: Iterable[str], reference_type: str) -> float:
         """Relative throughput from the GPU types placed on (the slowest counts); 1 where the reference
@@ -184,8 +195,8 @@ curve (``Job.sync_curve``) for crossing racks and domains."""
 
 def _plain(value: Any) -> Any:
     """JSON-ready copy of the model's dataclasses, mappings and tuples."""
-    if hasattr(value, "__dataclass_fields__"):
-        return {k: _plain(getattr(value, k)) for k in value.__dataclass_fields__}
+    if is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value) if f.compare}
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, tuple | list):

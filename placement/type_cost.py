@@ -11,6 +11,9 @@ time. The term replaces the scarcity tier for the jobs it knows: keeping high-en
 that ask for them by type is worth what it makes the others lose, and the tier cannot weigh that. Types
 the model does not know (and CPU machines) cost what the slowest known type costs, so an unknown type
 is never preferred for being unknown. Jobs of no profiled class get ``None``.
+
+The costs depend on the layout and on the speed of each of its GPU types for the workload, so they are
+kept with the layout (``Derived.type_costs``) by those speeds.
 """
 
 from __future__ import annotations
@@ -23,27 +26,23 @@ from placement.speed import SpeedModel
 
 FloatArray = npt.NDArray[np.float64]
 SECONDS_PER_HOUR = 3600.0
-_CACHE: dict[tuple[int, int, str], tuple[Layout, SpeedModel, FloatArray]] = {}
-_CACHE_MAX = 1024
 
 
 def type_cost(model: SpeedModel, layout: Layout, workload: str) -> FloatArray | None:
     """Seconds lost per hour of work on each machine's GPU type (read-only; see above)."""
     if workload not in model.workloads:
         return None
-    key = (id(layout), id(model), workload)
-    cached = _CACHE.get(key)
-    if cached is not None and cached[0] is layout and cached[1] is model:
-        return cached[2]
-    speeds = np.array([model.speed_of(workload, name) or np.nan for name in layout.gpu_types], dtype=float)
+    by_type = model.speeds_on(workload, layout.gpu_types)
+    return layout.derived.type_costs.get(by_type, lambda: _per_machine(layout, by_type))
+
+
+def _per_machine(layout: Layout, by_type: tuple[float | None, ...]) -> FloatArray:
+    speeds = np.array([speed or np.nan for speed in by_type], dtype=float)
     known = speeds[np.isfinite(speeds)]
     if not len(known):
         per_type = np.zeros(len(layout.gpu_types))
     else:
         per_type = SECONDS_PER_HOUR * (known.max() / np.where(np.isfinite(speeds), speeds, known.min()) - 1.0)
-    cost = per_type[layout.gpu_type] if len(per_type) else np.zeros(len(layout.gpu_type))
+    cost: FloatArray = per_type[layout.gpu_type] if len(per_type) else np.zeros(len(layout.gpu_type))
     cost.flags.writeable = False
-    if len(_CACHE) >= _CACHE_MAX:
-        _CACHE.clear()
-    _CACHE[key] = (layout, model, cost)
     return cost

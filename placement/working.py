@@ -29,27 +29,17 @@ FEW_GPUS_PER_MACHINE = 64
 above it (a "big node" of thousands of GPUs) in numpy."""
 
 
-_TYPE_MASKS: dict[tuple[int, frozenset[str]], BoolArray] = {}
-_ALL: dict[int, BoolArray] = {}
-
-
 def type_mask_of(layout: Layout, types: frozenset[str]) -> BoolArray:
-    """Machines of ``layout`` with one of ``types`` (cached: layouts live as long as their cluster)."""
-    key = (id(layout), types)
-    if key not in _TYPE_MASKS:
+    """Machines of ``layout`` with one of ``types`` (read-only; worked out once per layout and types,
+    ``Derived.type_masks``)."""
+
+    def make() -> BoolArray:
         allowed = [i for i, t in enumerate(layout.gpu_types) if t in types]
         mask = np.isin(layout.gpu_type, allowed)
         mask.flags.writeable = False
-        _TYPE_MASKS[key] = mask
-    return _TYPE_MASKS[key]
+        return mask
 
-
-def _all_machines(n: int) -> BoolArray:
-    if n not in _ALL:
-        mask = np.ones(n, dtype=bool)
-        mask.flags.writeable = False
-        _ALL[n] = mask
-    return _ALL[n]
+    return layout.derived.type_masks.get(types, make)
 
 
 @dataclass
@@ -102,7 +92,7 @@ class WorkingState:
     def type_mask(self, task: Task) -> BoolArray:
         """Machines whose GPU type the task accepts (every machine for a task without GPUs)."""
         if task.gpu == 0 or not task.gpu_types:
-            return _all_machines(self.n_machines)
+            return self.layout.derived.all_machines
         return type_mask_of(self.layout, task.gpu_types)
 
     def candidates(self, task: Task, need: Need | None = None) -> Candidates:
@@ -143,7 +133,7 @@ class WorkingState:
             fits = self._shared_fits(need)
             gpu_ok = np.bincount(layout.gpu_machine, weights=fits, minlength=self.n_machines) > 0
         else:
-            gpu_ok = _all_machines(self.n_machines)
+            gpu_ok = layout.derived.all_machines
         return gpu_ok, self.cpu + need.cpu_milli <= layout.cpu_cap, self.mem + need.mem_mib <= layout.mem_cap
 
     def _reasons(self, task: Task, need: Need) -> IntArray:

@@ -130,7 +130,7 @@ def test_per_machine_sums_carried_to_new_snapshots_equal_a_recount(scenario: tup
     cluster, stream, policy = scenario
     snapshot, history, placed = _run(cluster, stream, policy)
     # each placement was decided on its parent snapshot, which derived the sums; apply carried them on
-    assert all("machine_free_whole" in vars(one) for one in history[1:])
+    assert all(one._per_machine.free_whole is not None for one in history[1:])
     for job_id in reversed(placed):
         history.append(snapshot := release(snapshot, job_id))
     for one in history:
