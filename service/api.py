@@ -31,7 +31,7 @@ from service.routes_jobs import router as jobs_router
 from service.runtime import ReadRuntime, Runtime, RuntimeDep, WriteRuntime
 from service.schemas import ClusterIn
 from service.settings import Settings
-from service.state_db import LiveAllocations, open_store
+from service.store import Refused, Replace, Replaced, open_store
 
 log = logging.getLogger(__name__)
 API_VERSION = "1"
@@ -81,7 +81,7 @@ def create_app(settings: Settings | None = None, rt: Runtime | None = None) -> F
             settle_heap()
         yield
         current.estimator.stop()
-        current.writer.stop()
+        current.cycle.stop()
         current.store.close()
 
     # FastAPI's OpenTelemetry bridge asks the global providers on every request even when none is set up
@@ -226,7 +226,9 @@ def get_cluster(rt: ReadRuntime) -> dict[str, Any]:
 @_router.put("/v1/cluster", tags=["cluster"])
 def put_cluster(body: ClusterIn, rt: WriteRuntime) -> dict[str, Any]:
     """Load a cluster spec (a shipped name, or machines with optional racks and domains). Refused (409)
-    while running jobs would not fit it, unless ``force``, which evicts those jobs."""
+    while running jobs would not fit it, unless ``force``, which evicts those jobs. Written from this
+    request's worker thread through the store's write path, not in a cycle on the event loop: fitting
+    every running job to the new spec takes a while, and loading one is rare."""
     try:
         if body.machines is None:
             cluster = load_cluster(body.name)
@@ -235,12 +237,14 @@ def put_cluster(body: ClusterIn, rt: WriteRuntime) -> dict[str, Any]:
             cluster = cluster_from_json({**spec, "machines": [m.model_dump() for m in body.machines]})
     except (InputError, ValueError) as exc:
         raise HTTPException(422, str(exc)) from exc
-    try:
-        evicted = rt.store.replace_cluster(cluster, force=body.force)
-    except LiveAllocations as exc:
-        raise HTTPException(409, str(exc)) from exc
-    return {"name": cluster.name, "machines": len(cluster), "gpus": cluster.total_gpus, "evicted": evicted,
-            "generation": rt.store.snapshot().generation}
+    match rt.store.write([Replace(cluster, force=body.force)]).results[0]:
+        case Replaced(evicted=evicted, generation=generation):
+            return {"name": cluster.name, "machines": len(cluster), "gpus": cluster.total_gpus,
+                    "evicted": list(evicted), "generation": generation}
+        case Refused(detail=detail):
+            raise HTTPException(409, detail)
+        case other:
+            raise AssertionError(f"loading a cluster spec came to {other!r}")
 
 
 @_router.get("/v1/models", tags=["models"])

@@ -25,7 +25,7 @@ DatabaseOpt = Annotated[str, typer.Option(help="state database URL (default: the
 
 def _store(database_url: str) -> Any:
     from service.settings import Settings
-    from service.state_db import open_store
+    from service.store import open_store
 
     return open_store(Settings(database_url=database_url) if database_url else Settings())
 
@@ -54,11 +54,13 @@ def retrain(
 
 
 def _retrain_once(source: str, algo: str, seed: int, margin: float, database_url: str, name: str) -> None:
-    from training.feedback import feedback_table
+    from training.feedback import completed_jobs, feedback_table
     from training.retrain import retrain as run
     from training.tables import write_tables
 
-    feedback = feedback_table(_store(database_url).feedback())
+    store = _store(database_url)
+    gpu_types = {m.name: m.gpu_type for m in store.cached().cluster.machines}
+    feedback = feedback_table(completed_jobs(store.completions(), gpu_types))
     write_tables({"feedback": feedback}, home() / "tables")
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("retraining", total=None)

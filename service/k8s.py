@@ -9,33 +9,35 @@ scores 0..10, bind receives ``{"PodName", "PodNamespace", "PodUID", "Node"}`` an
 Filter: can the node host the pod now (the same candidate check as every placement); a node that
 could not host it even empty, or that gpuplace does not manage, is unresolvable (preemption cannot
 help). Prioritize: the liquid score (packing, scarce GPU types kept), mapped to 10 for the best
-node and 0 for the worst. Bind: reserves the pod's resources on the node in the state database, then
-creates the Binding through the Kubernetes API (``GPUPLACE_KUBE_API``); if that fails the
-reservation is released. Bind needs the pod's demand, remembered from filter by pod UID.
+node and 0 for the worst. Bind: reserves the pod's resources on the node in the state database (a
+placement through the scheduling cycle, whose policy is the node kube-scheduler chose), then creates
+the Binding through the Kubernetes API (``GPUPLACE_KUBE_API``); if that fails the reservation is
+released. Bind needs the pod's demand, remembered from filter by pod UID.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 from fastapi import APIRouter
+from fastapi.concurrency import run_in_threadpool
 
 from placement.decision import Decision, Verdict
 from placement.demand import Job
-from placement.feasibility import need_of
+from placement.feasibility import need_of, violations
 from placement.network import NetworkTally
 from placement.online import PlacementConfig, Step
 from placement.policies import CHOOSERS
 from placement.snapshot import Allocation, ClusterSnapshot, empty_snapshot
-from placement.store import CommitStatus
 from placement.working import FEW_CPU, FEW_GPUS, FEW_MEM, NO_SHARED_GPU, WRONG_TYPE, Candidates, WorkingState
 from service.k8s_pod import PodError, job_of_pod, pod_uid
 from service.runtime import ReadRuntime, Runtime, WriteRuntime
-from service.state_db import JobExists
+from service.store import End, Place, Placed, Reason, Refused
 
 router = APIRouter(prefix="/k8s/extender", tags=["kubernetes"])
 _SEEN: OrderedDict[str, Job] = OrderedDict()
@@ -143,7 +145,7 @@ def extender_prioritize(args: dict[str, Any], rt: ReadRuntime) -> list[dict[str,
 
 
 @router.post("/bind")
-def extender_bind(args: dict[str, Any], rt: WriteRuntime) -> dict[str, str]:
+async def extender_bind(args: dict[str, Any], rt: WriteRuntime) -> dict[str, str]:
     uid, node = str(args.get("PodUID", "")), str(args.get("Node", ""))
     name, namespace = str(args.get("PodName", "")), str(args.get("PodNamespace", "default"))
     job = _SEEN.get(uid)
@@ -151,38 +153,46 @@ def extender_bind(args: dict[str, Any], rt: WriteRuntime) -> dict[str, str]:
         return {"Error": f"pod {namespace}/{name} (uid {uid}) was not seen by filter: its demand is unknown"}
     if not rt.settings.kube_api:
         return {"Error": "binding needs the Kubernetes API: set GPUPLACE_KUBE_API (and its token file)"}
-    error = _reserve(rt, job, node)
-    if error:
-        return {"Error": error}
+    match await rt.cycle.run(Place(job, OnNode(node), {"node": node})):
+        case Placed():
+            pass
+        case Refused(reason=Reason.EXISTS):
+            return {"Error": f"pod {job.job_id} is already bound"}
+        case Refused(detail=detail):
+            return {"Error": detail}
+        case other:
+            raise AssertionError(f"a bind came to {other!r}")
     try:
-        _post_binding(rt, namespace, name, uid, node)
+        await run_in_threadpool(_post_binding, rt, namespace, name, uid, node)
     except httpx.HTTPError as exc:
-        rt.store.release(job.job_id)
+        await rt.cycle.run(End(job.job_id))
         return {"Error": f"creating the Binding of {namespace}/{name} on {node} failed: {exc}"}
     return {"Error": ""}
 
 
-def _reserve(rt: Runtime, job: Job, node: str) -> str:
-    """Commit the pod's allocation on ``node`` (retrying when the state moves); an error text or ''."""
-    for _ in range(8):
-        snapshot = rt.store.snapshot()
-        machine = snapshot.cluster.index.get(node)
+@dataclass(frozen=True)
+class OnNode:
+    """The policy of a bind: the pod on ``node``, as kube-scheduler chose, if it fits there now."""
+
+    node: str
+
+    def __call__(self, snapshot: ClusterSnapshot, job: Job) -> Decision:
+        machine = snapshot.cluster.index.get(self.node)
         if machine is None:
-            return f"node {node} is not a machine of gpuplace's cluster"
+            return Decision(job.job_id, "k8s-bind", Verdict.CAN_NEVER_FIT, snapshot.generation,
+                            reasons=(f"node {self.node} is not a machine of gpuplace's cluster",))
         working = WorkingState(snapshot)
         task = job.tasks[0]
         candidates = working.candidates(task, need_of(task))
         if not candidates.ok[machine]:
-            return f"pod does not fit node {node}: {_reason(int(candidates.reason[machine]), job, working, machine)}"
+            reason = _reason(int(candidates.reason[machine]), job, working, machine)
+            return Decision(job.job_id, "k8s-bind", Verdict.UNSCHEDULABLE_NOW, snapshot.generation,
+                            reasons=(f"pod does not fit node {self.node}: {reason}",))
         allocation = Allocation(job.job_id, (working.take(machine, 0, need_of(task)),))
-        decision = Decision(job.job_id, "k8s-bind", Verdict.PLACED, snapshot.generation, allocation)
-        try:
-            status = rt.store.commit(decision, job, {"node": node})
-        except JobExists:
-            return f"pod {job.job_id} is already bound"
-        if status is CommitStatus.COMMITTED:
-            return ""
-    return "the cluster state kept moving: try again"
+        problems = violations(snapshot, job, allocation)
+        if problems:  # as every online policy does: an infeasible allocation of its own is a bug
+            raise RuntimeError(f"refusing an infeasible allocation of {job.job_id}: {problems}")
+        return Decision(job.job_id, "k8s-bind", Verdict.PLACED, snapshot.generation, allocation)
 
 
 def _post_binding(rt: Runtime, namespace: str, name: str, uid: str, node: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, HTTPException
@@ -10,13 +11,15 @@ from fastapi.concurrency import run_in_threadpool
 
 from placement.batch import batch_policy
 from placement.cluster import Cluster
-from placement.decision import Decision
+from placement.decision import Decision, Verdict
 from placement.demand import Job
+from placement.feasibility import violations
 from placement.policies import OnlinePolicy
+from placement.snapshot import ClusterSnapshot
 from service.codec import allocation_to_json
 from service.runtime import ReadRuntime, Runtime, WriteRuntime
 from service.schemas import BatchIn, CompleteIn, JobId, JobIn, PlaceIn
-from service.state_db import COMPLETED, RELEASED, EndOp, JobExists, Placed, PlaceOp
+from service.store import COMPLETED, RELEASED, Completion, End, Ended, Place, Placed, Reason, Refused
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
@@ -64,7 +67,7 @@ async def predict(job: JobIn, rt: ReadRuntime) -> dict[str, Any]:
 async def place(body: PlaceIn, rt: WriteRuntime) -> dict[str, Any]:
     """Estimate, then place the job (gang: every instance or none); ``dry_run`` stores nothing.
 
-    The answer is sent after the allocation's transaction has committed (``service.writer``: the
+    The answer is sent after the allocation's transaction has committed (``service.cycle``: the
     placements and releases of the moment are decided in order and committed together)."""
     try:
         name, policy = rt.policy(body.policy)
@@ -79,12 +82,15 @@ async def place(body: PlaceIn, rt: WriteRuntime) -> dict[str, Any]:
         committed = False
     else:
         details = {"estimate": est, "model_version": est["model_version"], "records": records}
-        result = await rt.writer.run(PlaceOp(job, policy, details))
-        if isinstance(result, JobExists):
-            raise HTTPException(409, str(result))
-        if not isinstance(result, Placed):
-            raise result if isinstance(result, Exception) else TypeError(f"a placement came to {result!r}")
-        decision, committed, cluster = result.decision, result.committed, result.cluster
+        match await rt.cycle.run(Place(job, policy, details)):
+            case Placed(decision=decision, cluster=cluster):
+                committed = True
+            case Refused(reason=Reason.EXISTS, detail=detail):
+                raise HTTPException(409, detail)
+            case Refused(decision=Decision() as decision):
+                committed, cluster = False, rt.store.cached().cluster
+            case other:
+                raise AssertionError(f"a placement came to {other!r}")
     rt.metrics.decisions.labels(name, decision.verdict.value, str(committed).lower()).inc()
     return _decision_json(cluster, decision, committed, est)
 
@@ -104,27 +110,28 @@ def _decision_json(cluster: Cluster, decision: Decision, committed: bool, est: d
 
 
 @router.post("/place/batch")
-def place_batch(body: BatchIn, rt: WriteRuntime) -> dict[str, Any]:
+async def place_batch(body: BatchIn, rt: WriteRuntime) -> dict[str, Any]:
     """Estimate every job, then place them together with a batch policy (``gga``, ``cpsat``, ``ffd``)
-    within ``time_limit_s``; the solver runs in a worker thread, off the event loop. Decisions still
-    feasible when committed are stored in one transaction (the state may have moved while solving)."""
-    existing = [j.job_id for j in body.jobs if rt.store.exists(j.job_id)]
+    within ``time_limit_s``; the solver runs in a worker thread, off the event loop. The placed jobs go
+    through the cycle as one group, stored in one transaction: each still feasible on the state as
+    committed (it may have moved while solving) is stored, the others are not."""
+    existing = await run_in_threadpool(lambda: [j.job_id for j in body.jobs if rt.store.exists(j.job_id)])
     if existing:
         raise HTTPException(409, f"jobs already exist (job ids are never reused): {existing[:10]}")
-    estimates = estimate_many(rt, body.jobs)
+    estimates = await run_in_threadpool(estimate_many, rt, body.jobs)
     jobs = [j.to_job(e["duration_s"]["p50"] if e["duration_s"] else math.nan, [t.get("needs") for t in e["tasks"]])
             for j, e in zip(body.jobs, estimates, strict=True)]
-    snapshot = rt.store.snapshot()
-    result = batch_policy(body.policy)(snapshot, jobs, body.time_limit_s, body.seed)
+    snapshot = await run_in_threadpool(rt.store.snapshot)
+    result = await run_in_threadpool(batch_policy(body.policy), snapshot, jobs, body.time_limit_s, body.seed)
     stored = [False] * len(jobs)
     if not body.dry_run:
         index = {d.job_id: i for i, d in enumerate(result.decisions)}
         order = [index[j] for j in result.applied_order]
-        done = rt.store.commit_many([(result.decisions[i], jobs[i], {
+        done = await rt.cycle.run_all([Place(jobs[i], StillFits(result.decisions[i]), {
             "batch": body.policy, "estimate": estimates[i], "model_version": estimates[i]["model_version"],
             "records": body.jobs[i].records()}) for i in order])
-        for i, ok in zip(order, done, strict=True):
-            stored[i] = ok
+        for i, outcome in zip(order, done, strict=True):
+            stored[i] = isinstance(outcome, Placed)
     for decision, ok in zip(result.decisions, stored, strict=True):
         rt.metrics.decisions.labels(body.policy, decision.verdict.value, str(ok).lower()).inc()
     return {"policy": body.policy, "stopped": result.stopped, "solve_s": result.solve_s,
@@ -133,6 +140,22 @@ def place_batch(body: BatchIn, rt: WriteRuntime) -> dict[str, Any]:
             "gap_to_bound": result.gap_to_bound, "notes": list(result.notes),
             "decisions": [_decision_json(snapshot.cluster, d, ok, e)
                           for d, ok, e in zip(result.decisions, stored, estimates, strict=True)]}
+
+
+class StillFits:
+    """The policy of a job a batch policy placed: its allocation, if it is still feasible on the state
+    it is decided on; otherwise not placed."""
+
+    def __init__(self, decision: Decision) -> None:
+        self.decision = decision
+
+    def __call__(self, snapshot: ClusterSnapshot, job: Job) -> Decision:
+        allocation = self.decision.allocation
+        problems = ["not placed"] if allocation is None else violations(snapshot, job, allocation)
+        if problems:
+            return Decision(job.job_id, self.decision.policy, Verdict.UNSCHEDULABLE_NOW, snapshot.generation,
+                            reasons=(f"no longer fits: {problems[0]}",))
+        return replace(self.decision, generation=snapshot.generation)
 
 
 @router.get("/jobs/{job_id}")
@@ -148,7 +171,7 @@ def get_job(job_id: JobId, rt: ReadRuntime) -> dict[str, Any]:
 @router.post("/jobs/{job_id}/release")
 async def release_job(job_id: JobId, rt: WriteRuntime) -> dict[str, Any]:
     """Free the job's resources. Idempotent: releasing a job that holds nothing changes nothing."""
-    if await rt.writer.run(EndOp(job_id, RELEASED)) is True:
+    if isinstance(await rt.cycle.run(End(job_id)), Ended):
         return {"job_id": job_id, "released": True, "state": RELEASED}
     row = await run_in_threadpool(rt.store.job, job_id)
     if row is None:
@@ -160,7 +183,7 @@ async def release_job(job_id: JobId, rt: WriteRuntime) -> dict[str, Any]:
 async def complete_job(job_id: JobId, body: CompleteIn, rt: WriteRuntime) -> dict[str, Any]:
     """The job finished: free its resources and keep its observed duration and usage for retraining."""
     usage = {str(k): v for k, v in body.usage.items()}
-    if await rt.writer.run(EndOp(job_id, COMPLETED, (body.duration_s, usage))) is True:
+    if isinstance(await rt.cycle.run(End(job_id, Completion(body.duration_s, usage))), Ended):
         return {"job_id": job_id, "state": COMPLETED, "duration_s": body.duration_s}
     row = await run_in_threadpool(rt.store.job, job_id)
     if row is None:

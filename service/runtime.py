@@ -14,10 +14,10 @@ from prometheus_client.registry import Collector
 
 from placement.online import PlacementConfig
 from placement.policies import OnlinePolicy, online_policy
+from service.cycle import Cycle
 from service.estimator import EstimatorHolder
 from service.settings import Settings
-from service.state_db import SqlStore
-from service.writer import Writer
+from service.store import Store
 
 
 @dataclass
@@ -56,18 +56,18 @@ class PredictionCache(Collector):
 @dataclass
 class Runtime:
     settings: Settings
-    store: SqlStore
+    store: Store
     estimator: EstimatorHolder
     metrics: Metrics = field(default_factory=Metrics)
     _policies: dict[str, OnlinePolicy] = field(default_factory=dict)
-    writer: Writer = field(init=False)
+    cycle: Cycle = field(init=False)
+    """Places, releases and completions, decided and group-committed (``service.cycle``)."""
     keys: tuple[bytes, ...] = field(init=False)
     """The accepted API keys (none: no auth)."""
-    """Places, releases and completions, group-committed (``service.writer``)."""
 
     def __post_init__(self) -> None:
-        self.writer = Writer(self.store, on_loop=None if self.settings.writer == "auto" else
-                             self.settings.writer == "loop")
+        self.cycle = Cycle(self.store, on_loop=None if self.settings.writer == "auto" else
+                           self.settings.writer == "loop")
         self.keys = tuple(key.encode() for key in self.settings.accepted_keys())
         self.metrics.registry.register(PredictionCache(self.estimator))
 

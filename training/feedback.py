@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 import pandas as pd
 
@@ -26,6 +26,47 @@ USAGE_COLUMNS = {"gpu": "obs_gpu_util_share", "gpu_mem_gib": "obs_gpu_mem_max_gi
 """Usage keys a completion may report (per instance) and the canonical column each fills."""
 _RECORD_COLUMNS = ("user", "group", "workload", "app", "qos", "hyperparams", "role", "instances", "req_gpu",
                    "req_cpu_cores", "req_mem_gib", "req_gpu_mem_gib", "req_net_gbps", "req_gpu_type")
+
+
+class CompletedRow(Protocol):
+    """A completed job as the service's state store keeps it (``service.store.JobRow``)."""
+
+    @property
+    def job_id(self) -> str: ...
+
+    @property
+    def details(self) -> Mapping[str, Any]:
+        """What the job was placed with; ``records``: the task records it was estimated with."""
+        ...
+
+    @property
+    def allocation(self) -> Mapping[str, Any]:
+        """``instances``, each with the ``machine`` it ran on and its ``gpus`` there."""
+        ...
+
+    @property
+    def placed_at(self) -> float: ...
+
+    @property
+    def completion(self) -> Mapping[str, Any] | None:
+        """``duration_s`` and ``usage``, as the job's completion reported them."""
+        ...
+
+
+def completed_jobs(rows: Iterable[CompletedRow], gpu_types: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Completed jobs as :func:`feedback_table` takes them: the task records each was estimated with,
+    when it was placed, its observed duration and usage, and the GPU type it ran on (from ``gpu_types``,
+    machine name to GPU type; none if its GPUs were of several types or on unknown machines). A row
+    without a completion is skipped."""
+    found = []
+    for row in rows:
+        if row.completion is None:
+            continue
+        on = {gpu_types.get(str(i["machine"])) for i in row.allocation.get("instances", []) if i.get("gpus")}
+        found.append({"job_id": row.job_id, "records": row.details.get("records", []), "placed_at": row.placed_at,
+                      "duration_s": row.completion["duration_s"], "usage": row.completion["usage"],
+                      "gpu_type": on.pop() if len(on) == 1 else None})
+    return found
 
 
 def feedback_table(completed: Sequence[Mapping[str, Any]]) -> pd.DataFrame:

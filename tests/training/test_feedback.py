@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import math
-from typing import get_args
+from dataclasses import dataclass
+from typing import Any, get_args
 
 import pandas as pd
 import pytest
 
 from service.schemas import UsageKey
 from training.drift import drift_report, pairs
-from training.feedback import USAGE_COLUMNS, digest, feedback_table, with_feedback
+from training.feedback import USAGE_COLUMNS, completed_jobs, digest, feedback_table, with_feedback
 from training.schema import empty_table
 
 RECORD = {"job_id": "j1", "user": "alice", "group": "g7", "workload": "bert", "app": None, "qos": None,
@@ -75,3 +76,46 @@ def test_a_job_without_records_gives_no_rows() -> None:
 
 def test_the_api_accepts_exactly_the_usage_keys_feedback_knows() -> None:
     assert set(get_args(UsageKey)) == set(USAGE_COLUMNS)
+
+
+@dataclass(frozen=True)
+class Row:
+    """A job row as the state store keeps it (the fields feedback reads)."""
+
+    job_id: str
+    details: dict[str, Any]
+    allocation: dict[str, Any]
+    placed_at: float
+    completion: dict[str, Any] | None
+
+
+def test_completed_rows_become_feedback_with_the_gpu_type_they_ran_on() -> None:
+    types = {"m1": "V100", "m2": "V100", "m3": "T4", "cpu": "none"}
+
+    def row(job_id: str, *machines: str, completion: bool = True) -> Row:
+        instances = [{"machine": m, "gpus": [] if m == "cpu" else [0]} for m in machines]
+        done = {"duration_s": 60.0, "usage": {"gpu": 0.5}, "completed_at": 2.0} if completion else None
+        return Row(job_id, {"records": [{**RECORD, "job_id": job_id}]}, {"instances": instances}, 1.0, done)
+
+    found = completed_jobs([row("one", "m1", "m2", "cpu"), row("mixed", "m1", "m3"), row("running", "m1",
+                                                                                        completion=False)], types)
+    assert [(f["job_id"], f["gpu_type"]) for f in found] == [("one", "V100"), ("mixed", None)]
+    assert found[0] == {"job_id": "one", "records": [{**RECORD, "job_id": "one"}], "placed_at": 1.0,
+                        "duration_s": 60.0, "usage": {"gpu": 0.5}, "gpu_type": "V100"}
+    table = feedback_table(found)
+    assert list(table["job_id"]) == ["one", "mixed"] and list(table["assigned_gpu_type"].fillna("-")) == ["V100", "-"]
+
+
+def test_feedback_of_jobs_completed_through_the_state_store() -> None:
+    from service.cycle import run_cycle
+    from service.store import Completion, End, MemoryStore, Place
+    from tests.service.test_store import CLUSTER, PLACE, job
+
+    store = MemoryStore(CLUSTER)
+    for name, gpu in (("a", 8.0), ("b", 1.0)):
+        run_cycle(store, [Place(job(name, gpu=gpu), PLACE, {"records": [{**RECORD, "job_id": name}]})])
+    run_cycle(store, [End("a", Completion(120.0, {"gpu": 0.9})), End("b")])  # b released: no feedback
+    types = {m.name: m.gpu_type for m in store.cached().cluster.machines}
+    table = feedback_table(completed_jobs(store.completions(), types))
+    assert list(table["job_id"]) == ["a"] and table.iloc[0]["duration_s"] == 120.0
+    assert table.iloc[0]["assigned_gpu_type"] == "V100" and table.iloc[0]["obs_gpu_util_share"] == 0.9

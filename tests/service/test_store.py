@@ -11,23 +11,34 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from placement.cluster import Cluster, Machine, build_cluster
 from placement.demand import Job, Role, Task
 from placement.policies import online_policy
 from placement.snapshot import MILLI, ClusterSnapshot
-from placement.store import CommitStatus, place_and_commit
-from service.state_db import (
+from service.cycle import run_cycle
+from service.store import (
     COMPLETED,
     EVICTED,
     RELEASED,
-    JobExists,
-    LiveAllocations,
+    Completion,
+    End,
+    Ended,
+    Moved,
+    Place,
+    Placed,
+    Reason,
+    Refused,
+    Replace,
+    Replaced,
+    Result,
     SqlStore,
-    WalCheckpoints,
+    Store,
+    Written,
     make_engine,
 )
+from service.store.codec import Json
+from service.store.sqlite import WalCheckpoints
 
 MACHINES = [Machine("a", "T4", 4, 32, 128), Machine("b", "T4", 4, 32, 128), Machine("c", "V100", 8, 64, 256)]
 CLUSTER = build_cluster("synthetic", MACHINES, rack_size=2)
@@ -42,20 +53,38 @@ def store_at(url: str, cluster: Cluster = CLUSTER) -> SqlStore:
     return SqlStore(make_engine(url), lambda: cluster)
 
 
+def place(store: Store, placing: Job) -> Result:
+    """``placing`` placed by the liquid policy in one scheduling cycle."""
+    return run_cycle(store, [Place(placing, PLACE)])[0]
+
+
+def placed(store: Store, placing: Job) -> bool:
+    return isinstance(place(store, placing), Placed)
+
+
+def release(store: Store, job_id: str) -> bool:
+    """Whether ``job_id`` was running and is now released."""
+    return isinstance(run_cycle(store, [End(job_id)])[0], Ended)
+
+
+def complete(store: Store, job_id: str, duration_s: float, usage: Json) -> bool:
+    return isinstance(run_cycle(store, [End(job_id, Completion(duration_s, usage))])[0], Ended)
+
+
 def test_commit_release_complete_and_reload(database_url: str) -> None:
     store = store_at(database_url)
     assert store.snapshot().generation == 0
-    _, ok = place_and_commit(store, PLACE, job("j1", gpu=2.0))
+    ok = placed(store, job("j1", gpu=2.0))
     assert ok and store.snapshot().generation == 1
-    _, ok2 = place_and_commit(store, PLACE, job("j2", gpu=0.5, instances=3))
+    ok2 = placed(store, job("j2", gpu=0.5, instances=3))
     assert ok2 and store.snapshot().generation == 2
     before = store.snapshot()
     # a second store on the same database (a restarted or second process) rebuilds the same state
     again = store_at(database_url).snapshot()
     assert again.generation == 2 and set(again.allocations) == {"j1", "j2"}
     assert (again.gpu_milli_used == before.gpu_milli_used).all() and (again.cpu_used == before.cpu_used).all()
-    assert store.release("j1") and not store.release("j1")  # idempotent
-    assert store.complete("j2", 120.0, {"gpu": 0.3}) and not store.complete("j2", 1.0, {})
+    assert release(store, "j1") and not release(store, "j1")  # idempotent
+    assert complete(store, "j2", 120.0, {"gpu": 0.3}) and not complete(store, "j2", 1.0, {})
     after = store.snapshot()
     assert after.generation == 4 and int(after.gpu_milli_used.sum()) == 0 and not after.allocations
     row = store.job("j2")
@@ -71,27 +100,30 @@ def test_a_decision_on_an_old_generation_conflicts_and_writes_nothing(database_u
     first, second = PLACE(snapshot, job("x", gpu=8.0)), PLACE(snapshot, job("y", gpu=8.0))
     assert first.allocation is not None and second.allocation is not None
     assert first.allocation.instances[0].gpus == second.allocation.instances[0].gpus  # both want machine c
-    assert store.commit(first, job("x", gpu=8.0)) is CommitStatus.COMMITTED
-    assert store.commit(second, job("y", gpu=8.0)) is CommitStatus.CONFLICT
+    committed = store.write([Place(job("x", gpu=8.0), PLACE, decision=first)], decided_on=snapshot.generation)
+    assert isinstance(committed, Written) and isinstance(committed.results[0], Placed)
+    conflict = store.write([Place(job("y", gpu=8.0), PLACE, decision=second)], decided_on=snapshot.generation)
+    assert isinstance(conflict, Moved) and conflict.snapshot.generation == 1  # the state to decide on again
     assert store.job("y") is None and store.snapshot().generation == 1
 
 
 def test_job_ids_are_never_reused(database_url: str) -> None:
     store = store_at(database_url)
-    place_and_commit(store, PLACE, job("same"))
-    store.release("same")
-    with pytest.raises(JobExists, match="same"):
-        place_and_commit(store, PLACE, job("same"))
+    place(store, job("same"))
+    release(store, "same")
+    again = place(store, job("same"))
+    assert isinstance(again, Refused) and again.reason is Reason.EXISTS and "same" in again.detail
 
 
 def test_new_cluster_refused_while_it_orphans_running_jobs_unless_forced(database_url: str) -> None:
     store = store_at(database_url)
-    place_and_commit(store, PLACE, job("big", gpu=8.0))  # only machine c has 8 GPUs
+    place(store, job("big", gpu=8.0))  # only machine c has 8 GPUs
     smaller = build_cluster("synthetic", MACHINES[:2], rack_size=2)
-    with pytest.raises(LiveAllocations, match="big"):
-        store.replace_cluster(smaller)
+    refused = run_cycle(store, [Replace(smaller)])[0]
+    assert isinstance(refused, Refused) and refused.reason is Reason.WOULD_ORPHAN and "big" in refused.detail
     assert store.snapshot().cluster.name == "synthetic" and len(store.snapshot().cluster) == 3  # unchanged
-    assert store.replace_cluster(smaller, force=True) == ["big"]
+    forced = run_cycle(store, [Replace(smaller, force=True)])[0]
+    assert isinstance(forced, Replaced) and forced.evicted == ("big",)
     assert store.job("big").state == EVICTED  # type: ignore[union-attr]
     assert len(store_at(database_url).snapshot().cluster) == 2  # the new spec is what a restart loads
 
@@ -117,8 +149,7 @@ def test_two_processes_sharing_one_database_never_double_allocate(database_url: 
 
     def worker(k: int) -> None:
         for n in range(6):
-            _, ok = place_and_commit(stores[k % 2], PLACE, job(f"w{k}-{n}", gpu=1.0), attempts=50)
-            if ok:
+            if placed(stores[k % 2], job(f"w{k}-{n}", gpu=1.0)):
                 with lock:
                     committed.append(f"w{k}-{n}")
 
@@ -143,62 +174,24 @@ def test_a_process_catches_up_with_another_s_writes_without_reloading_everything
         database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     first, second = store_at(database_url), store_at(database_url)  # as two service processes would
     for name in ("a1", "a2", "a3"):
-        place_and_commit(first, PLACE, job(name, gpu=0.5))
+        place(first, job(name, gpu=0.5))
 
     def no_full_reload(*_: object) -> None:
         raise AssertionError("reloaded every running job instead of catching up")
 
     monkeypatch.setattr(second, "_load_in", no_full_reload)
     _same_usage(second.snapshot(), store_at(database_url).snapshot())
-    assert second.release("a1")  # decided on the caught-up state, written by the second process
-    assert first.complete("a2", 60.0, {}) and not first.release("a1")  # the first sees the second's release
-    place_and_commit(first, PLACE, job("a4", gpu=2.0))
+    assert release(second, "a1")  # decided on the caught-up state, written by the second process
+    assert complete(first, "a2", 60.0, {}) and not release(first, "a1")  # the first sees the second's release
+    place(first, job("a4", gpu=2.0))
     caught_up = second.snapshot()
     _same_usage(caught_up, store_at(database_url).snapshot())
     assert set(caught_up.allocations) == {"a3", "a4"}
     _check(caught_up)
     monkeypatch.undo()
-    first.replace_cluster(build_cluster("synthetic", MACHINES[:2], rack_size=2), force=True)  # a4 may be evicted
+    run_cycle(first, [Replace(build_cluster("synthetic", MACHINES[:2], rack_size=2), force=True)])  # a4 may go
     assert len(second.snapshot().cluster) == 2  # a new spec: reloaded in full
     _same_usage(second.snapshot(), store_at(database_url).snapshot())
-
-
-def test_a_database_of_the_earlier_schema_gets_the_new_columns_and_keeps_its_jobs(database_url: str) -> None:
-    store = store_at(database_url)
-    place_and_commit(store, PLACE, job("old", gpu=2.0))
-    with store.engine.begin() as conn:  # back to the tables as an earlier version created them
-        conn.exec_driver_sql("DROP INDEX ix_jobs_ended_generation")
-        conn.exec_driver_sql("DROP INDEX ix_jobs_placed_generation")
-        conn.exec_driver_sql("ALTER TABLE jobs DROP COLUMN ended_generation")
-        conn.exec_driver_sql("ALTER TABLE cluster_state DROP COLUMN cluster_generation")
-    store.engine.dispose()
-    upgraded = store_at(database_url)
-    assert set(upgraded.snapshot().allocations) == {"old"}
-    assert upgraded.release("old") and store_at(database_url).snapshot().allocations == {}
-    columns = {c["name"] for c in sa.inspect(upgraded.engine).get_columns("jobs")}
-    assert "ended_generation" in columns
-    assert {i["name"] for i in sa.inspect(upgraded.engine).get_indexes("jobs")} >= {
-        "ix_jobs_ended_generation", "ix_jobs_placed_generation"}
-
-
-def test_a_database_with_the_spec_in_the_generation_row_gets_it_moved_and_keeps_its_state(database_url: str) -> None:
-    store = store_at(database_url)
-    place_and_commit(store, PLACE, job("kept", gpu=2.0))
-    store.replace_cluster(build_cluster("loaded later", MACHINES, rack_size=1))
-    generation = store.snapshot().generation
-    with store.engine.begin() as conn:  # back to one row holding the generation and the spec
-        spec = conn.exec_driver_sql("SELECT cluster FROM cluster_spec").scalar_one()
-        conn.exec_driver_sql("ALTER TABLE cluster_state ADD COLUMN cluster TEXT NOT NULL DEFAULT ''")
-        conn.execute(sa.text("UPDATE cluster_state SET cluster = :spec"), {"spec": spec})
-        conn.exec_driver_sql("DROP TABLE cluster_spec")
-    store.close()
-    store.engine.dispose()
-    upgraded = store_at(database_url)  # the default spec must not replace the stored one
-    snapshot = upgraded.snapshot()
-    assert snapshot.generation == generation and set(snapshot.allocations) == {"kept"}
-    assert snapshot.cluster.name == "loaded later"
-    assert "cluster" not in {c["name"] for c in sa.inspect(upgraded.engine).get_columns("cluster_state")}
-    assert upgraded.release("kept") and store_at(database_url).snapshot().generation == generation + 1
 
 
 def _jobs_in_the_database_file_alone(tmp_path: Path, database: Path) -> set[str]:
@@ -216,14 +209,14 @@ def test_sqlite_commits_leave_the_log_to_a_background_checkpoint(tmp_path: Path)
     with store.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar_one() == 0
     for k in range(5):
-        place_and_commit(store, PLACE, job(f"w{k}", gpu=0.5))
+        place(store, job(f"w{k}", gpu=0.5))
     assert not _jobs_in_the_database_file_alone(tmp_path, database) & {f"w{k}" for k in range(5)}
     running = WalCheckpoints(store.engine, every_s=0.05)  # the store's own, as it runs in the service
     deadline = time.monotonic() + 10
     while running.runs < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
     assert _jobs_in_the_database_file_alone(tmp_path, database) >= {f"w{k}" for k in range(5)}
-    place_and_commit(store, PLACE, job("last", gpu=0.5))
+    place(store, job("last", gpu=0.5))
     running.stop()  # stopping checkpoints what is left
     assert "last" in _jobs_in_the_database_file_alone(tmp_path, database)
     assert store_at(f"sqlite:///{database}").snapshot().allocations.keys() == {f"w{k}" for k in range(5)} | {"last"}

@@ -1,0 +1,89 @@
+"""Rows of the state database and the domain values they hold (the JSON forms: :mod:`service.codec`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_core import to_json
+
+from placement.cluster import Cluster
+from placement.decision import Decision
+from placement.demand import Job
+from placement.snapshot import Allocation
+from service.codec import Json, allocation_from_json, allocation_to_json, job_from_json, job_to_json
+from service.store.schema import RUNNING
+
+__all__ = [
+    "JobRow",
+    "Json",
+    "allocation_of",
+    "completion_row",
+    "dumps",
+    "end_row",
+    "job_of",
+    "job_row",
+    "placed_row",
+]
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A job as stored: its row, and its completion if it has one."""
+
+    job_id: str
+    state: str
+    demand: Json
+    allocation: Json
+    policy: str
+    details: Json
+    placed_generation: int
+    placed_at: float
+    ended_at: float | None
+    completion: Json | None
+
+
+def dumps(value: Json) -> str:
+    """``value`` as JSON text, as ``json.dumps`` writes it but for spaces (``NaN`` included), about four
+    times faster: a placement stores three such documents, on the event loop. A value JSON cannot
+    hold is a ``ValueError``."""
+    return to_json(value).decode()
+
+
+def placed_row(cluster: Cluster, decision: Decision, job: Job, details: Json | None, generation: int,
+               now: float) -> dict[str, Any]:
+    """The ``jobs`` row of a job placed by ``decision`` at ``generation``."""
+    assert decision.allocation is not None
+    return {"job_id": job.job_id, "state": RUNNING, "demand": dumps(job_to_json(job)),
+            "allocation": dumps(allocation_to_json(cluster, decision.allocation)), "policy": decision.policy,
+            "details": dumps(details or {}), "placed_generation": generation, "placed_at": now, "ended_at": None,
+            "ended_generation": None}
+
+
+def end_row(job_id: str, state: str, generation: int, now: float) -> dict[str, Any]:
+    """The parameters that end a running job's row (``ending``: its id; ``new_state``; ``ended``: the generation)."""
+    return {"ending": job_id, "new_state": state, "now": now, "ended": generation}
+
+
+def completion_row(job_id: str, duration_s: float, usage: Json, now: float) -> dict[str, Any]:
+    return {"job_id": job_id, "duration_s": duration_s, "usage": json.dumps(usage), "completed_at": now}
+
+
+def job_row(r: Any) -> JobRow:
+    """A job row with its completion's columns (``duration_s``, ``usage``, ``completed_at``; ``None``
+    without one), by attribute."""
+    completion = None if r.completed_at is None else {
+        "duration_s": float(r.duration_s), "usage": json.loads(r.usage), "completed_at": float(r.completed_at)}
+    return JobRow(r.job_id, r.state, json.loads(r.demand), json.loads(r.allocation), r.policy, json.loads(r.details),
+                  int(r.placed_generation), float(r.placed_at), r.ended_at, completion)
+
+
+def job_of(demand: str) -> Job:
+    """The job a row's ``demand`` describes."""
+    return job_from_json(json.loads(demand))
+
+
+def allocation_of(cluster: Cluster, job_id: str, allocation: str) -> Allocation:
+    """A row's ``allocation`` on ``cluster`` (``OrphanedAllocation`` if it names what the cluster lacks)."""
+    return allocation_from_json(cluster, job_id, json.loads(allocation))

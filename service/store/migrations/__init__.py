@@ -1,0 +1,1 @@
+"""Alembic's migration environment of the state database (run by :func:`service.store.schema.migrate`)."""

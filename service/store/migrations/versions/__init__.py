@@ -1,0 +1,1 @@
+"""The state database's revisions, oldest first."""

@@ -1,0 +1,174 @@
+"""What a write is made of and what it comes to, and the store every part of the service writes through.
+
+A write is a list of ops, applied in order in one transaction: :class:`Place` a job, :class:`End` a
+running job, :class:`Replace` the cluster spec. Each op comes to a typed result: :class:`Placed`,
+:class:`Refused` (with its :class:`Reason`), :class:`Ended` or :class:`Replaced`. A bug (a policy
+that raises, details that cannot be stored) is an exception, raised, never a result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol, overload
+
+from placement.cluster import Cluster
+from placement.decision import Decision
+from placement.demand import Job
+from placement.policies import OnlinePolicy
+from placement.snapshot import ClusterSnapshot
+from service.store.codec import JobRow, Json
+from service.store.schema import COMPLETED, RELEASED
+
+
+@dataclass(frozen=True)
+class Place:
+    """Place ``job`` as ``policy`` decides, storing ``details`` with it.
+
+    ``decision``: what ``policy`` decided outside the transaction, on the state of
+    ``decision.generation``. The write keeps it only if it meets that very state (see
+    :meth:`Store.write`); otherwise ``policy`` decides again on the state as committed."""
+
+    job: Job
+    policy: OnlinePolicy
+    details: Json | None = None
+    decision: Decision | None = None
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What a completed job really took: its duration and its usage (per instance)."""
+
+    duration_s: float
+    usage: Json
+
+
+@dataclass(frozen=True)
+class End:
+    """End a running job: ``released``, or ``completed`` with what it really took."""
+
+    job_id: str
+    completion: Completion | None = None
+
+    @property
+    def state(self) -> str:
+        return RELEASED if self.completion is None else COMPLETED
+
+
+@dataclass(frozen=True)
+class Replace:
+    """Load a new cluster spec. Running jobs must fit it as they are (same machine names, GPUs and
+    capacity); if some would not, it is refused unless ``force``, which evicts them."""
+
+    cluster: Cluster
+    force: bool = False
+
+
+Op = Place | End | Replace
+
+
+class Reason(StrEnum):
+    EXISTS = "exists"
+    """The job id is taken (ids are never reused)."""
+    DOES_NOT_FIT = "does-not-fit"
+    """The policy did not place it: the decision says why."""
+    NOT_RUNNING = "not-running"
+    """Nothing to end: the job is not running (never placed, or ended already)."""
+    WOULD_ORPHAN = "would-orphan"
+    """Running jobs would not fit the new cluster spec."""
+
+
+@dataclass(frozen=True)
+class Placed:
+    """The job was placed and stored: the decision, and the cluster its allocation names machines of."""
+
+    decision: Decision
+    cluster: Cluster
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Nothing stored for the op, and why; ``decision``: the policy's, for a job that does not fit."""
+
+    reason: Reason
+    detail: str
+    decision: Decision | None = None
+
+
+@dataclass(frozen=True)
+class Ended:
+    job_id: str
+    state: str
+
+
+@dataclass(frozen=True)
+class Replaced:
+    """The new spec is loaded at ``generation``; ``evicted``: the running jobs it did not hold."""
+
+    cluster: Cluster
+    evicted: tuple[str, ...]
+    generation: int
+
+
+Result = Placed | Refused | Ended | Replaced
+
+
+@dataclass(frozen=True)
+class Written:
+    """The write committed: a result per op, and the state it left."""
+
+    results: list[Result]
+    snapshot: ClusterSnapshot
+
+
+@dataclass(frozen=True)
+class Moved:
+    """Nothing written: the state is no longer the one the ops were decided on. ``snapshot``: the
+    state as committed now, to decide on again."""
+
+    snapshot: ClusterSnapshot
+
+
+class Store(Protocol):
+    """The cluster state: snapshots to decide on, the job rows, and one way to write."""
+
+    fast_commits: bool
+    """A commit is a local write of a fraction of a millisecond (SQLite, memory), not a round trip."""
+
+    def snapshot(self) -> ClusterSnapshot:
+        """The state as committed (caught up with what other processes wrote)."""
+        ...
+
+    def cached(self) -> ClusterSnapshot:
+        """The state this process last saw, without asking the database."""
+        ...
+
+    def generation(self) -> int: ...
+
+    @overload
+    def write(self, ops: Sequence[Op], decided_on: None = None, comes_to: None = None) -> Written: ...
+
+    @overload
+    def write(self, ops: Sequence[Op], decided_on: int, comes_to: ClusterSnapshot | None = None) -> Written | Moved: ...
+
+    def write(self, ops: Sequence[Op], decided_on: int | None = None,
+              comes_to: ClusterSnapshot | None = None) -> Written | Moved:
+        """Apply ``ops`` in order in one transaction, on the state as committed, and store what they
+        change. ``decided_on``: the generation the ops' decisions were made on; if the state has moved
+        on since, nothing is written (:class:`Moved`). Without it, every placement is decided in the
+        transaction. ``comes_to``: the state the decisions come to, as their decider computed it; the
+        state after the write if every op comes to what was decided (else computed again). A database
+        error stores nothing of the write and is raised."""
+        ...
+
+    def exists(self, job_id: str) -> bool: ...
+
+    def job(self, job_id: str) -> JobRow | None: ...
+
+    def completions(self) -> list[JobRow]:
+        """Every completed job with its observed duration and usage, oldest completion first."""
+        ...
+
+    def close(self) -> None: ...
+

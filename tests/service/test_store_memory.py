@@ -1,0 +1,124 @@
+"""The in-memory store against the database's: the same ops come to the same results, states and job
+rows; and what a write does with decisions made on a state it does not meet, on every store."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from placement.cluster import build_cluster
+from placement.snapshot import ClusterSnapshot
+from service.cycle import decide, run_cycle
+from service.store import (
+    Completion,
+    End,
+    JobRow,
+    MemoryStore,
+    Op,
+    Place,
+    Placed,
+    Reason,
+    Refused,
+    Replace,
+    Result,
+    Store,
+    Written,
+)
+from tests.service.test_store import CLUSTER, MACHINES, PLACE, _check, job, place, release, store_at
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    if request.param == "memory":
+        return MemoryStore(CLUSTER)
+    if request.param == "sqlite":
+        return store_at(f"sqlite:///{tmp_path / 'state.db'}")
+    return store_at(request.getfixturevalue("postgres_url"))
+
+
+def _random_cycles(seed: int) -> list[list[Op]]:
+    """Cycles of placements (some of ids already taken), releases, completions and, now and then, a
+    cluster spec loaded with force."""
+    rng, cycles, ids = random.Random(seed), [], list[str]()
+    for n in range(40):
+        ops: list[Op] = []
+        for k in range(rng.randint(1, 6)):
+            roll = rng.random()
+            if roll < 0.5 or not ids:
+                ids.append(f"j{n}-{k}")
+                ops.append(Place(job(ids[-1], gpu=rng.choice([0.5, 1.0, 2.0, 4.0]), instances=rng.randint(1, 2)), PLACE,
+                                 {"n": n}))
+            elif roll < 0.6:
+                ops.append(Place(job(rng.choice(ids)), PLACE))
+            elif roll < 0.8:
+                ops.append(End(rng.choice(ids)))
+            else:
+                ops.append(End(rng.choice(ids), Completion(float(n), {"gpu": 0.5})))
+        if n % 13 == 12:
+            ops.append(Replace(build_cluster("synthetic", MACHINES[n % 2:], rack_size=2), force=True))
+        cycles.append(ops)
+    return cycles
+
+
+def _shape(result: Result) -> tuple[object, ...]:
+    if isinstance(result, Placed):
+        return "placed", result.decision.allocation
+    if isinstance(result, Refused):
+        return "refused", result.reason, result.decision.verdict if result.decision else None
+    return type(result).__name__, *vars(result).values()
+
+
+def test_the_memory_store_comes_to_what_the_database_does(tmp_path: Path) -> None:
+    memory, database = MemoryStore(CLUSTER), store_at(f"sqlite:///{tmp_path / 'state.db'}")
+    for ops in _random_cycles(seed=7):
+        assert [_shape(r) for r in run_cycle(memory, ops)] == [_shape(r) for r in run_cycle(database, ops)]
+        one, other = memory.snapshot(), database.snapshot()
+        assert one.generation == other.generation and set(one.allocations) == set(other.allocations)
+        assert (one.gpu_milli_used == other.gpu_milli_used).all() and (one.cpu_used == other.cpu_used).all()
+        _check(one)
+    reloaded = store_at(f"sqlite:///{tmp_path / 'state.db'}").snapshot()  # the state as the rows say it is
+    assert reloaded.generation == database.cached().generation and set(reloaded.allocations) == set(
+        database.cached().allocations)
+    assert (reloaded.gpu_milli_used == database.cached().gpu_milli_used).all()
+    assert (reloaded.mem_used == memory.cached().mem_used).all()
+    assert [r.job_id for r in memory.completions()] == [r.job_id for r in database.completions()]
+    placed = {op.job.job_id for ops in _random_cycles(seed=7) for op in ops if isinstance(op, Place)}
+    assert [_stored(memory.job(j)) for j in sorted(placed)] == [_stored(database.job(j)) for j in sorted(placed)]
+
+
+def _stored(row: JobRow | None) -> tuple[object, ...] | None:
+    """What a job row holds, but for the times it was written at."""
+    if row is None:
+        return None
+    completion = {k: v for k, v in (row.completion or {}).items() if k != "completed_at"}
+    return row.state, row.policy, row.allocation, row.demand, row.details, row.placed_generation, completion
+
+
+def test_a_decision_made_on_a_state_the_write_does_not_meet_is_made_again(store: Store) -> None:
+    """A job id that ended long ago is not in the snapshot, so the cycle decided it as placed; the write
+    refuses it, and the placement after it, decided on a state that held it, is decided again."""
+    assert isinstance(place(store, job("gone", gpu=8.0)), Placed) and release(store, "gone")  # machine c
+    snapshot = store.snapshot()
+    decided, ahead = decide(snapshot, [[Place(job("gone", gpu=8.0), PLACE), Place(job("next", gpu=8.0), PLACE)]])
+    ops = decided[0]
+    assert ahead is not None and set(ahead.allocations) == {"gone"}  # as the cycle expected it to come out
+    assert isinstance(ops, list) and all(isinstance(op, Place) and op.decision for op in ops)
+    assert isinstance(ops[1], Place) and ops[1].decision is not None and not ops[1].decision.placed  # c was taken
+    written = store.write(ops, decided_on=snapshot.generation, comes_to=ahead)
+    assert isinstance(written, Written)
+    gone, after = written.results
+    assert isinstance(gone, Refused) and gone.reason is Reason.EXISTS
+    assert isinstance(after, Placed) and after.decision.allocation == PLACE(snapshot, job("next", gpu=8.0)).allocation
+    assert set(written.snapshot.allocations) == set(store.cached().allocations) == {"next"}
+    _check(store.snapshot())
+
+
+def test_a_write_without_a_generation_decides_every_placement_itself(store: Store) -> None:
+    snapshot: ClusterSnapshot = store.snapshot()
+    stale = PLACE(snapshot, job("first", gpu=8.0))
+    place(store, job("meanwhile", gpu=8.0))  # takes machine c, which the stale decision wanted
+    written = store.write([Place(job("first", gpu=8.0), PLACE, decision=stale)])
+    assert isinstance(written.results[0], Refused) and written.results[0].reason is Reason.DOES_NOT_FIT
+    assert set(store.snapshot().allocations) == {"meanwhile"}
