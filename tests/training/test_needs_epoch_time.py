@@ -195,13 +195,42 @@ def test_ratio_is_one_law_of_the_two_types(model: EpochTimeModel) -> None:
                 assert model.ratio(jobs.iloc[:1], slow, fast)["p50"].item() <= 1 + 1e-12, (slow, fast)
 
 
+def _ratio_band(model: EpochTimeModel, from_type: str, to_type: str) -> float:
+    out = model.ratio(_job(model="resnet50", batch_size=64), from_type, to_type).iloc[0]
+    return float(np.log(out["p90"] / out["p50"]))
+
+
 def test_a_type_neither_source_measured_gets_the_wider_ratio_band(model: EpochTimeModel) -> None:
-    job = _job(model="resnet50", batch_size=64)
-    measured = model.ratio(job, "K80", "A40").iloc[0]
-    new = model.ratio(job, "V100", "H100").iloc[0]
-    assert measured["p90"] / measured["p50"] == pytest.approx(np.exp(model.bands["ratio_workload"]))
-    assert new["p90"] / new["p50"] == pytest.approx(np.exp(max(model.bands["ratio_workload"],
-                                                               model.bands["ratio_type"])))
+    # K80 (Gavel's) and A40 (Zeus's) were never measured together: the larger of the two testbeds' bands.
+    assert _ratio_band(model, "K80", "A40") == pytest.approx(model.bands["ratio_workload"])
+    assert model.bands["ratio_workload"] == max(model.bands["ratio_workload:Zeus"], model.bands["ratio_workload:Gavel"])
+    assert _ratio_band(model, "V100", "H100") == pytest.approx(max(model.bands["ratio_workload"],
+                                                                   model.bands["ratio_type"]))
+
+
+def test_each_testbed_calibrates_the_pairs_it_measured(model: EpochTimeModel, zeus_only: EpochTimeModel) -> None:
+    zeus, gavel = model.bands["ratio_workload:Zeus"], model.bands["ratio_workload:Gavel"]
+    assert dict(model.ratio_sources) == {"Gavel": ("K80", "P100", "V100"), "Zeus": ("A40", "P100", "RTX6000", "V100")}
+    # Gavel's ratios are further from the law than Zeus's: its band is the wider.
+    assert gavel > zeus > 0
+    assert _ratio_band(model, "A40", "RTX6000") == pytest.approx(zeus)
+    assert _ratio_band(model, "K80", "P100") == pytest.approx(gavel)
+    # Both measured P100 and V100, and disagree most there: the larger; an alias is its chip.
+    assert _ratio_band(model, "P100", "V100") == pytest.approx(max(zeus, gavel))
+    assert _ratio_band(model, "P100", "V100M32") == pytest.approx(max(zeus, gavel))
+    # A chip no testbed measured: the band of the testbeds that measured the other side, or "ratio_type".
+    assert _ratio_band(model, "A40", "T4") == pytest.approx(max(zeus, model.bands["ratio_type"]))
+    # Without Gavel's rows, Zeus's band is every measured pair's.
+    assert dict(zeus_only.ratio_sources).keys() == {"Zeus"}
+    assert _ratio_band(zeus_only, "P100", "V100") == pytest.approx(zeus_only.bands["ratio_workload"])
+
+
+def test_a_model_pickled_without_testbed_bands_keeps_its_pooled_band(model: EpochTimeModel) -> None:
+    state = dict(vars(model))
+    state.pop("ratio_sources")
+    older = EpochTimeModel.__new__(EpochTimeModel)
+    older.__dict__.update(state)
+    assert _ratio_band(older, "A40", "RTX6000") == pytest.approx(model.bands["ratio_workload"])
 
 
 def test_gavel_ratios_are_training_evidence(model: EpochTimeModel, zeus_only: EpochTimeModel) -> None:
@@ -249,14 +278,17 @@ def test_model_beats_the_baseline_on_the_zeus_checks(evaluation: tuple[pd.DataFr
     errors = evaluation[0].set_index(["check", "predictor"])
     for check in (CHECK_BATCH, CHECK_WORKLOAD, CHECK_TYPE, CHECK_RATIO):
         assert errors.loc[(check, MODEL), "male"] < errors.loc[(check, BASELINE), "male"], check
-        assert 0.85 <= errors.loc[(check, MODEL), "p90_coverage"] <= 0.97, check
+        # The unseen-workload band is calibrated on fits to one workload fewer than the model it serves
+        # (module docstring): it covers more than 0.95, by a few rows.
+        top = 0.97 if check == CHECK_WORKLOAD else 0.95
+        assert 0.88 <= errors.loc[(check, MODEL), "p90_coverage"] <= top, check
 
 
 def test_model_beats_the_baseline_on_an_unseen_gavel_model(evaluation: tuple[pd.DataFrame, pd.DataFrame]) -> None:
     errors = evaluation[0].set_index(["check", "predictor"])
     assert errors.loc[(CHECK_GAVEL, MODEL), "male"] < errors.loc[(CHECK_GAVEL, BASELINE), "male"]
-    # Two of the five models do what no law monotone in the specs can (module docstring): under 0.9.
-    assert 0.75 <= errors.loc[(CHECK_GAVEL, MODEL), "p90_coverage"] < 0.9
+    # Calibrated on Gavel's other models (its testbed's band), not on the more numerous Zeus pairs.
+    assert 0.88 <= errors.loc[(CHECK_GAVEL, MODEL), "p90_coverage"] <= 0.95
 
 
 def test_plot_is_written(evaluation: tuple[pd.DataFrame, pd.DataFrame], tmp_path: Path) -> None:
