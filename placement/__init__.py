@@ -2,7 +2,11 @@
 machines, and the trace replay that judges them.
 
 The names below are the package's public face: import them from ``placement`` (``from placement import
-Cluster, Job, online_policy``) rather than from the modules that define them, which may move. Each
+Cluster, Job, online_policy``) rather than from the modules that define them, which may move. Besides
+the model (clusters, jobs, snapshots) and the replay, they are: ``place`` and the policies by name
+(``online_policy``, ``batch_policy``); per machine, ``filter_nodes`` (can it host one instance, and if
+not why) and ``score_nodes`` (a policy's bounded score), and ``place_on`` (a job on a machine another
+scheduler chose); and the extension points, ``Filter`` and ``Scorer``, with their registries. Each
 module is loaded when a name from it is first used, so importing a light part of the package (its
 errors, its GPU-type table) does not load the policies and their dependencies.
 """
@@ -35,6 +39,10 @@ if TYPE_CHECKING:
     from placement.feasibility import Need as Need
     from placement.feasibility import need_of as need_of
     from placement.feasibility import violations as violations
+    from placement.filters import FILTERS as FILTERS
+    from placement.filters.base import Filter as Filter
+    from placement.filters.base import Usage as Usage
+    from placement.filters.base import usage_of as usage_of
     from placement.gpu_types import CPU_ONLY as CPU_ONLY
     from placement.gpu_types import GPU_MEM_GIB as GPU_MEM_GIB
     from placement.gpu_types import KNOWN_TYPES as KNOWN_TYPES
@@ -42,14 +50,21 @@ if TYPE_CHECKING:
     from placement.layout import MILLI as MILLI
     from placement.layout import Derived as Derived
     from placement.layout import Layout as Layout
-    from placement.network import NetworkTally as NetworkTally
     from placement.network import network_cost as network_cost
     from placement.network import placement_cost as placement_cost
+    from placement.nodes import FilterResult as FilterResult
+    from placement.nodes import filter_nodes as filter_nodes
+    from placement.nodes import place_on as place_on
+    from placement.nodes import score_nodes as score_nodes
     from placement.online import PlacementConfig as PlacementConfig
     from placement.online import Step as Step
-    from placement.policies import CHOOSERS as CHOOSERS
+    from placement.policies import ONLINE_POLICY_NAMES as ONLINE_POLICY_NAMES
     from placement.policies import OnlinePolicy as OnlinePolicy
     from placement.policies import online_policy as online_policy
+    from placement.policies import place as place
+    from placement.scorers import SCORERS as SCORERS
+    from placement.scorers.base import Scorer as Scorer
+    from placement.scorers.base import bounded as bounded
     from placement.sim.engine import BatchWindow as BatchWindow
     from placement.sim.engine import JobRecord as JobRecord
     from placement.sim.engine import SimResult as SimResult
@@ -76,10 +91,6 @@ if TYPE_CHECKING:
     from placement.speed import Spread as Spread
     from placement.speed import SyncCurve as SyncCurve
     from placement.speed import WorkloadSpeed as WorkloadSpeed
-    from placement.store import CommitStatus as CommitStatus
-    from placement.store import MemoryStore as MemoryStore
-    from placement.store import StateStore as StateStore
-    from placement.store import place_and_commit as place_and_commit
     from placement.topology import DEFAULT_DISTANCE_COST as DEFAULT_DISTANCE_COST
     from placement.topology import DEFAULT_RACK_SIZE as DEFAULT_RACK_SIZE
     from placement.topology import DEFAULT_RACKS_PER_DOMAIN as DEFAULT_RACKS_PER_DOMAIN
@@ -88,13 +99,6 @@ if TYPE_CHECKING:
     from placement.topology import dump_topology_yaml as dump_topology_yaml
     from placement.topology import load_topology_yaml as load_topology_yaml
     from placement.topology import parse_topology_yaml as parse_topology_yaml
-    from placement.working import FEW_CPU as FEW_CPU
-    from placement.working import FEW_GPUS as FEW_GPUS
-    from placement.working import FEW_MEM as FEW_MEM
-    from placement.working import NO_SHARED_GPU as NO_SHARED_GPU
-    from placement.working import WRONG_TYPE as WRONG_TYPE
-    from placement.working import Candidates as Candidates
-    from placement.working import WorkingState as WorkingState
 
 EXPORTS: dict[str, tuple[str, ...]] = {
     "placement.batch": ("BATCH_POLICIES", "BatchPolicy", "BatchResult", "batch_policy"),
@@ -104,11 +108,16 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "placement.demand": ("Job", "Role", "Task"),
     "placement.errors": ("ClusterSpecError", "InputError", "TopologyError"),
     "placement.feasibility": ("Need", "need_of", "violations"),
+    "placement.filters": ("FILTERS",),
+    "placement.filters.base": ("Filter", "Usage", "usage_of"),
     "placement.gpu_types": ("CPU_ONLY", "GPU_MEM_GIB", "KNOWN_TYPES"),
     "placement.layout": ("MIB_PER_GIB", "MILLI", "Derived", "Layout"),
-    "placement.network": ("NetworkTally", "network_cost", "placement_cost"),
+    "placement.network": ("network_cost", "placement_cost"),
+    "placement.nodes": ("FilterResult", "filter_nodes", "place_on", "score_nodes"),
     "placement.online": ("PlacementConfig", "Step"),
-    "placement.policies": ("CHOOSERS", "OnlinePolicy", "online_policy"),
+    "placement.policies": ("ONLINE_POLICY_NAMES", "OnlinePolicy", "online_policy", "place"),
+    "placement.scorers": ("SCORERS",),
+    "placement.scorers.base": ("Scorer", "bounded"),
     "placement.sim.engine": ("BatchWindow", "JobRecord", "SimResult", "simulate"),
     "placement.sim.jobs": ("SimJob", "without_sharing"),
     "placement.sim.metrics": ("summarise",),
@@ -117,11 +126,8 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "placement.snapshot": ("Allocation", "ClusterSnapshot", "InstancePlacement", "apply", "at_generation",
                            "empty_snapshot", "layout_of", "release"),
     "placement.speed": ("NO_PROFILES", "REFERENCE_SPEED_TYPE", "SpeedModel", "Spread", "SyncCurve", "WorkloadSpeed"),
-    "placement.store": ("CommitStatus", "MemoryStore", "StateStore", "place_and_commit"),
     "placement.topology": ("DEFAULT_DISTANCE_COST", "DEFAULT_RACK_SIZE", "DEFAULT_RACKS_PER_DOMAIN", "Topology",
                            "default_topology", "dump_topology_yaml", "load_topology_yaml", "parse_topology_yaml"),
-    "placement.working": ("FEW_CPU", "FEW_GPUS", "FEW_MEM", "NO_SHARED_GPU", "WRONG_TYPE", "Candidates",
-                          "WorkingState"),
 }
 """Module -> the public names it defines (the same names as the imports for type checkers above)."""
 

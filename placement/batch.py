@@ -30,13 +30,13 @@ import numpy as np
 
 from placement.bounds import machines_lower_bound
 from placement.decision import Decision, Verdict
-from placement.demand import Job, Task
+from placement.demand import Job
 from placement.explain import failure_reasons
 from placement.feasibility import Need, need_of, violations
 from placement.layout import Layout, Places
 from placement.network import network_cost, placement_cost
 from placement.online import instance_order
-from placement.snapshot import MILLI, Allocation, ClusterSnapshot, InstancePlacement, apply
+from placement.snapshot import Allocation, ClusterSnapshot, InstancePlacement, apply
 from placement.topology import DEFAULT_DISTANCE_COST
 from placement.working import WorkingState
 
@@ -109,26 +109,6 @@ def check_batch(snapshot: ClusterSnapshot, jobs: Sequence[Job]) -> None:
         raise ValueError(f"jobs already allocated on the snapshot: {held[:5]}")
 
 
-def fits_on(working: WorkingState, machine: int, task: Task, need: Need) -> bool:
-    """Whether ``machine`` can host one more instance now: ``working.candidates(...).ok[machine]``, for one machine."""
-    layout = working.layout
-    if not working.type_mask(task)[machine]:
-        return False
-    if working.cpu[machine] + need.cpu_milli > layout.cpu_cap[machine] or \
-            working.mem[machine] + need.mem_mib > layout.mem_cap[machine]:
-        return False
-    first = int(layout.gpu_first[machine])
-    span = slice(first, first + int(layout.gpu_count[machine]))
-    milli, mem = working.gpu_milli[span], working.gpu_mem[span]
-    if need.whole_gpus:
-        return int(np.count_nonzero((milli == 0) & (mem == 0))) >= need.whole_gpus
-    if need.gpu_milli:
-        cap = layout.gpu_mem_cap[span]
-        mem_need = need.gpu_mem_mib if need.gpu_mem_mib >= 0 else np.ceil(need.share_mem * cap - 1e-9)
-        return bool(((milli + need.gpu_milli <= MILLI) & (mem + mem_need <= cap) & (cap > 0)).any())
-    return True
-
-
 def usage_only(snapshot: ClusterSnapshot) -> ClusterSnapshot:
     """``snapshot``'s usage and generation with an empty allocation map (cheap to ``apply`` to)."""
     return ClusterSnapshot(snapshot.cluster, snapshot.generation, snapshot.gpu_milli_used, snapshot.gpu_mem_used,
@@ -188,11 +168,11 @@ def _reserve(working: WorkingState, job: Job, machines: Sequence[int],
     placed: list[InstancePlacement] = []
     moved = 0
     for task_index, machine in zip(order, machines, strict=True):
-        task, need = job.tasks[task_index], needs[task_index]
-        if not fits_on(working, machine, task, need):
+        need = needs[task_index]
+        if not working.fits(need, machine):
             if not repair:
                 raise RuntimeError(f"batch plan puts an instance of {job.job_id} on machine {machine}, which is full")
-            alternative = _best_other(working, task, need, {p.machine for p in placed})
+            alternative = _best_other(working, need, {p.machine for p in placed})
             if alternative is None:
                 return None, moved
             machine, moved = alternative, moved + 1
@@ -200,9 +180,9 @@ def _reserve(working: WorkingState, job: Job, machines: Sequence[int],
     return placed, moved
 
 
-def _best_other(working: WorkingState, task: Task, need: Need, used: set[int]) -> int | None:
+def _best_other(working: WorkingState, need: Need, used: set[int]) -> int | None:
     """Repair: a machine the job already uses, else one in their racks, else any; fullest first, then lowest index."""
-    ok = working.candidates(task, need).ok
+    ok = working.candidates(need).ok
     if not ok.any():
         return None
     layout = working.layout
@@ -251,7 +231,7 @@ def _not_placed(policy: str, snapshot: ClusterSnapshot, empty: ClusterSnapshot, 
         reasons: tuple[str, ...] = ("fits the snapshot alone, but not together with the jobs placed in this batch",)
         return Decision(job.job_id, policy, Verdict.UNSCHEDULABLE_NOW, snapshot.generation, reasons=reasons)
     task_index, placed = failed
-    candidates = working.candidates(job.tasks[task_index])
+    candidates = working.candidates(need_of(job.tasks[task_index]))
     reasons = failure_reasons(snapshot, job, task_index, candidates, placed)
     verdict = Verdict.CAN_NEVER_FIT if first_fit_job(WorkingState(empty), job)[0] is None else Verdict.UNSCHEDULABLE_NOW
     return Decision(job.job_id, policy, verdict, snapshot.generation, reasons=reasons)
@@ -269,10 +249,10 @@ def first_fit_job(working: WorkingState, job: Job) -> tuple[list[int] | None, tu
     needs = [need_of(t) for t in job.tasks]
     previous_task, start, ok = -1, 0, np.zeros(0, dtype=bool)
     for task_index in instance_order(job):
-        task, need = job.tasks[task_index], needs[task_index]
+        need = needs[task_index]
         if task_index != previous_task:
-            ok, start, previous_task = working.candidates(task, need).ok, 0, task_index
-        elif not fits_on(working, start, task, need):
+            ok, start, previous_task = working.candidates(need).ok, 0, task_index
+        elif not working.fits(need, start):
             start += 1  # the machine the previous instance took may be full now; later ones are unchanged
         hits = np.flatnonzero(ok[start:])
         if not hits.size:

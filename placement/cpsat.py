@@ -6,7 +6,8 @@ Variables, per job j, task t, candidate machine m:
   for jobs with bandwidth and more than one instance: ``u[j,m]``, ``r[j,rack]``, ``d[j,domain]`` in {0,1}.
 Constraints:
   gang: sum_m n[j,t,m] = instances(t) x[j];
-  per machine, against what is free on the snapshot: sum whole GPUs <= free whole GPUs;
+  per machine, against what is free on the snapshot (the filters' rules summed per machine,
+  ``placement.filters.capacity``): sum whole GPUs <= free whole GPUs;
   sum milli-GPUs (whole = 1000 each, shares their milli) <= spare milli of its GPUs;
   sum share GPU memory (MiB) <= spare GPU memory; sum milli-cores <= free; sum MiB <= free;
   n <= ub x used[m], n <= ub x u[j,m], u[j,m] <= r[j,rack(m)], r <= d[j,domain(rack)].
@@ -47,8 +48,10 @@ from placement.bounds import machines_lower_bound
 from placement.demand import Job
 from placement.feasibility import Need, need_of
 from placement.ffd import ffd_plan, liquid_plan, plan_objective
+from placement.filters.base import usage_of
+from placement.filters.capacity import GPU_MEM, ROWS, spare_rows, use_of
 from placement.online import instance_order
-from placement.snapshot import MILLI, ClusterSnapshot
+from placement.snapshot import ClusterSnapshot
 from placement.topology import DEFAULT_DISTANCE_COST
 from placement.working import IntArray, WorkingState
 
@@ -76,7 +79,7 @@ class _Model:
     def __init__(self, snapshot: ClusterSnapshot, jobs: Sequence[Job], hint: Sequence[PlanEntry],
                  settings: CpSatSettings, cost: Sequence[float]) -> None:
         self.jobs, self.layout, self.model = list(jobs), snapshot.layout, cp_model.CpModel()
-        self.free = _free(snapshot)
+        self.free = spare_rows(usage_of(snapshot))
         self.x = [self.model.new_bool_var(f"x{j}") for j in range(len(jobs))]
         self.n: dict[tuple[int, int], dict[int, cp_model.IntVar]] = {}
         hinted = {job.job_id: machines for job, machines in hint if machines is not None}
@@ -108,8 +111,9 @@ class _Model:
                 per_machine[m].append((need_of(task), var))
         for m, needs in per_machine.items():
             cap = int(self.layout.gpu_mem_cap[self.layout.gpu_first[m]]) if self.layout.gpu_count[m] else 0
-            for row in range(5):
-                terms = [_amount(need, row, cap) * var for need, var in needs if _amount(need, row, cap)]
+            uses = [(use_of(need, cap), var) for need, var in needs]
+            for row in range(ROWS):
+                terms = [use[row] * var for use, var in uses if use[row]]
                 if terms:
                     self.model.add(sum(terms) <= int(self.free[row, m]))
 
@@ -173,35 +177,14 @@ class _Model:
         return plan
 
 
-def _amount(need: Need, row: int, gpu_mem_cap: int) -> int:
-    """One instance's use of capacity row ``row`` of :func:`_free` on a machine whose GPUs have ``gpu_mem_cap``."""
-    if row == 0:
-        return need.whole_gpus
-    if row == 1:
-        return need.whole_gpus * MILLI or need.gpu_milli
-    if row == 2:
-        return need.whole_gpus * gpu_mem_cap or (need.gpu_mem_on(gpu_mem_cap) if need.gpu_milli else 0)
-    return need.cpu_milli if row == 3 else need.mem_mib
-
-
-def _free(snapshot: ClusterSnapshot) -> IntArray:
-    """Per machine: free whole GPUs, spare milli-GPUs, spare GPU MiB, free milli-cores, free MiB (5 x machines)."""
-    layout, n = snapshot.layout, len(snapshot.layout.cpu_cap)
-    free_gpu = (snapshot.gpu_milli_used == 0) & (snapshot.gpu_mem_used == 0)
-    spare_milli = np.where(layout.gpu_mem_cap > 0, MILLI - snapshot.gpu_milli_used, 0)
-    spare_mem = layout.gpu_mem_cap - snapshot.gpu_mem_used
-    rows = [np.bincount(layout.gpu_machine, weights=w, minlength=n) for w in (free_gpu, spare_milli, spare_mem)]
-    free: IntArray = np.stack([*rows, layout.cpu_cap - snapshot.cpu_used, layout.mem_cap - snapshot.mem_used])
-    return free.astype(np.int64)
-
-
 def _candidates(working: WorkingState, free: IntArray, job: Job, t: int, top_k: int,
                 hinted: Sequence[int] | None) -> list[int]:
     """Machines for task t: top_k most room, top_k fullest that fit, more for many instances, the hint's."""
     task = job.tasks[t]
     need = need_of(task)
-    ok = np.flatnonzero(working.candidates(task, need).ok)
-    demand = np.array([need.whole_gpus, need.whole_gpus * MILLI or need.gpu_milli, 0, need.cpu_milli, need.mem_mib])
+    ok = np.flatnonzero(working.candidates(need).ok)
+    demand = np.array(use_of(need, 0))
+    demand[GPU_MEM] = 0  # a machine's GPU memory is per GPU: not counted in its room
     rows = demand > 0
     room = (free[rows][:, ok] // demand[rows, None]).min(axis=0) if rows.any() else np.full(len(ok), task.instances)
     room = np.minimum(room, task.instances)

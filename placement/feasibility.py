@@ -19,7 +19,9 @@ from placement.snapshot import MIB_PER_GIB, MILLI, Allocation, ClusterSnapshot, 
 
 @dataclass(frozen=True)
 class Need:
-    """One instance's demand in integer units. ``gpu_mem_mib`` < 0 means proportional to the GPU."""
+    """One instance's demand in integer units. ``gpu_mem_mib`` < 0 means proportional to the GPU.
+    ``gpu_types`` is the any-of GPU-type constraint; empty means any type (always empty for an
+    instance without GPUs, which no GPU type can rule out)."""
 
     whole_gpus: int
     gpu_milli: int
@@ -27,6 +29,7 @@ class Need:
     cpu_milli: int
     mem_mib: int
     share_mem: float
+    gpu_types: frozenset[str] = frozenset()
 
     def gpu_mem_on(self, cap_mib: int) -> int:
         """GPU memory needed on a GPU of ``cap_mib`` (per GPU used)."""
@@ -43,7 +46,8 @@ def need_of(task: Task) -> Need:
     milli = MILLI if whole else up(task.gpu, MILLI)
     explicit = not math.isnan(task.gpu_mem_gib)
     return Need(whole, milli, up(task.gpu_mem_gib, MIB_PER_GIB) if explicit else -1,
-                up(task.cpu_cores, MILLI), up(task.mem_gib, MIB_PER_GIB), task.gpu if not whole else 1.0)
+                up(task.cpu_cores, MILLI), up(task.mem_gib, MIB_PER_GIB), task.gpu if not whole else 1.0,
+                task.gpu_types if task.gpu > 0 else frozenset())
 
 
 def violations(snapshot: ClusterSnapshot, job: Job, allocation: Allocation) -> list[str]:

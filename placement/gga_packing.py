@@ -11,11 +11,19 @@ import numpy as np
 from placement.batch import PlanEntry
 from placement.demand import Job, Task
 from placement.feasibility import Need, need_of
+from placement.filters import FILTERS
+from placement.filters.base import Usage, usage_of
+from placement.filters.capacity import CPU, GPU_MILLI, MEM, WHOLE_GPUS, spare_rows, use_of
+from placement.filters.gpu_share import fitting_gpus
 from placement.network import network_cost
 from placement.online import instance_order
 from placement.snapshot import MILLI, ClusterSnapshot
 from placement.working import BoolArray, IntArray, WorkingState
 
+COUNTED = (WHOLE_GPUS, GPU_MILLI, CPU, MEM)
+"""The capacity rows (``placement.filters.capacity``) a packing counts; a share's GPU memory is checked
+where it matters, when the machine's GPU choice is replayed (``Packing.fits``)."""
+GPU_TYPE = FILTERS["gpu-type"]
 MAX_TRIES = 64
 """Machines tried, best ranked first, before an instance is declared not to fit."""
 
@@ -53,32 +61,26 @@ class Pool:
         self.cost, self.generator, self.noise = tuple(distance_cost), generator, noise
         position = {job.job_id: j for j, job in enumerate(self.jobs)}
         self.fill_order = [position[job.job_id] for job in fill_order]
-        n = len(layout.cpu_cap)
-        free_gpu = (snapshot.gpu_milli_used == 0) & (snapshot.gpu_mem_used == 0)
-        spare = np.where(layout.gpu_mem_cap > 0, MILLI - snapshot.gpu_milli_used, 0)
-        self.free = np.stack([np.bincount(layout.gpu_machine, weights=free_gpu, minlength=n)[ids],
-                              np.bincount(layout.gpu_machine, weights=spare, minlength=n)[ids],
-                              (layout.cpu_cap - snapshot.cpu_used)[ids],
-                              (layout.mem_cap - snapshot.mem_used)[ids]]).astype(np.int64)
+        usage = usage_of(snapshot)
+        self.free = spare_rows(usage)[list(COUNTED)][:, ids]
         self.rack, self.domain = layout.rack[ids], layout.domain[ids]
         self.places = layout.derived.places
         spans = [slice(int(layout.gpu_first[m]), int(layout.gpu_first[m] + layout.gpu_count[m])) for m in self.ids]
         self.gpus = [(snapshot.gpu_milli_used[s].tolist(), snapshot.gpu_mem_used[s].tolist(),
                       layout.gpu_mem_cap[s].tolist()) for s in spans]
-        working = WorkingState(snapshot)
         self.task_of = [instance_order(job) for job in self.jobs]
-        per_task = [[self._task(working, ids, t) for t in job.tasks] for job in self.jobs]
+        per_task = [[self._task(usage, ids, t) for t in job.tasks] for job in self.jobs]
         self.needs = [[per_task[j][t][0] for t in order] for j, order in enumerate(self.task_of)]
         self.demand = [[per_task[j][t][1] for t in order] for j, order in enumerate(self.task_of)]
         self.allowed = [[per_task[j][t][2] for t in order] for j, order in enumerate(self.task_of)]
         self.share = [[n.whole_gpus == 0 and n.gpu_milli > 0 for n in needs] for needs in self.needs]
         self.hopeless = [not all(a.any() for a in allowed) for allowed in self.allowed]
 
-    def _task(self, working: WorkingState, ids: IntArray, task: Task) -> tuple[Need, IntArray, BoolArray]:
+    def _task(self, usage: Usage, ids: IntArray, task: Task) -> tuple[Need, IntArray, BoolArray]:
         need = need_of(task)
-        milli = need.whole_gpus * MILLI if need.whole_gpus else need.gpu_milli
-        demand = np.array([need.whole_gpus, milli, need.cpu_milli, need.mem_mib], dtype=np.int64)
-        allowed: BoolArray = working.type_mask(task)[ids] & (demand[:, None] <= self.free).all(axis=0)
+        use = use_of(need, 0)
+        demand = np.array([use[row] for row in COUNTED], dtype=np.int64)
+        allowed: BoolArray = GPU_TYPE.mask(usage, need)[ids] & (demand[:, None] <= self.free).all(axis=0)
         return need, demand, allowed
 
     def load(self, plan: Sequence[PlanEntry]) -> Packing:
@@ -164,8 +166,7 @@ class Packing:
                 for g in free:
                     milli[g], mem[g] = MILLI, cap[0]
             elif need.gpu_milli:
-                fit = [g for g in range(len(milli)) if cap[g] > 0 and milli[g] + need.gpu_milli <= MILLI
-                       and mem[g] + need.gpu_mem_on(cap[g]) <= cap[g]]
+                fit = fitting_gpus(milli, mem, cap, need)
                 if not fit:
                     return False
                 best = max(fit, key=lambda g: (milli[g], -g))
@@ -269,12 +270,12 @@ def candidate_machines(snapshot: ClusterSnapshot, jobs: Sequence[Job], plans: Se
     chosen = {m for plan in plans for _, machines in plan if machines is not None for m in machines}
     working = WorkingState(snapshot)
     load = working.gpu_allocated_share()
-    seen: set[object] = set()
+    seen: set[Need] = set()
     for task in (t for job in jobs for t in job.tasks):
-        kind = (task.gpu_types if task.gpu else frozenset(), need_of(task))
-        if kind in seen:
+        need = need_of(task)
+        if need in seen:
             continue
-        seen.add(kind)
-        fit = np.flatnonzero(working.candidates(task).ok)
+        seen.add(need)
+        fit = np.flatnonzero(working.candidates(need).ok)
         chosen |= set(fit[np.lexsort((fit, -load[fit]))][: settings.extra_candidates].tolist())
     return sorted(chosen)

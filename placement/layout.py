@@ -136,15 +136,17 @@ class Derived:
     """What the policies work out from one layout, worked out once (see the module docstring).
 
     The fixed entries are built when first read; the keyed tables are filled by the modules that
-    compute them (``placement.working`` the type masks, ``placement.online`` the tiers and the
-    empty-cluster verdicts, ``placement.type_cost`` the type costs, ``placement.snapshot`` the empty
-    snapshot).
+    compute them (``placement.filters.gpu_type`` the type masks and rooms, ``placement.online`` the tiers
+    and the empty-cluster verdicts, ``placement.type_cost`` the type costs, ``placement.snapshot`` the
+    empty snapshot).
     """
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
         self.type_masks: Table[frozenset[str], BoolArray] = Table(4096)
         """Machines whose GPU type is one of the key's."""
+        self.type_rooms: Table[frozenset[str], IntArray] = Table(4096)
+        """Per machine, the instances the type rule lets it take: unbounded on the key's types, else 0."""
         self.tiers: Table[tuple[int, ...], tuple[FloatArray, FloatArray]] = Table(256)
         """Per machine, its type's tier and that tier scaled to 0..1, by the tier of each of ``gpu_types``."""
         self.type_costs: Table[tuple[float | None, ...], FloatArray] = Table(1024)

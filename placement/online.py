@@ -2,9 +2,10 @@
 
 A policy is a pure function of (snapshot, job) -> Decision. The shared engine places the job's
 instances in the policy's order; for each it asks :class:`~placement.working.WorkingState` which
-machines can host it, lets the policy score those (lower is better; ties go to the lowest machine
-index), and reserves the best. Gang: if any instance finds no machine, nothing is placed and the
-decision says why, and whether waiting could help (the job fits an empty cluster) or not.
+machines can host it (the filters of ``placement.filters``), lets the policy score those (lower is
+better; ties go to the lowest machine index; ``placement.scorers``), and reserves the best. Gang: if
+any instance finds no machine, nothing is placed and the decision says why, and whether waiting could
+help (the job fits an empty cluster) or not.
 Every placed decision passes :func:`placement.feasibility.violations` before it is returned.
 """
 
@@ -138,7 +139,7 @@ def _build(snapshot: ClusterSnapshot, job: Job, choose: Chooser, config: Placeme
         task = job.tasks[task_index]
         need, fill, remaining = need_of(task), fills(job, task_index), task.instances
         while remaining:
-            candidates = working.candidates(task, need)
+            candidates = working.candidates(need)
             if not candidates.ok.any():
                 return placed, (task_index, candidates), network.total
             step = Step(job, task_index, candidates, working, network, config, placed, need)

@@ -25,8 +25,10 @@ import numpy as np
 import numpy.typing as npt
 
 from placement.feasibility import Need
+from placement.filters import RESOURCE_RULES
+from placement.filters.base import UNBOUNDED
+from placement.filters.chain import room_bound
 from placement.network import NetworkTally
-from placement.snapshot import MILLI
 from placement.speed import SpeedModel
 from placement.working import WorkingState
 
@@ -67,17 +69,7 @@ def spread_cost(model: SpeedModel, network: NetworkTally, working: WorkingState,
 
 
 def _room(working: WorkingState, need: Need) -> npt.NDArray[np.int64]:
-    """Instances of ``need`` each machine could still take (GPU memory aside: a bound, for a heuristic)."""
-    layout = working.layout
-    big = np.int64(1 << 30)
-    room = np.full(len(layout.cpu_cap), big)
-    if need.whole_gpus:
-        room = working.free_whole // need.whole_gpus
-    elif need.gpu_milli:
-        per_gpu = (MILLI - working.gpu_milli) // need.gpu_milli
-        room = np.bincount(layout.gpu_machine, weights=per_gpu, minlength=len(layout.cpu_cap)).astype(np.int64)
-    if need.cpu_milli:
-        room = np.minimum(room, (layout.cpu_cap - working.cpu) // need.cpu_milli)
-    if need.mem_mib:
-        room = np.minimum(room, (layout.mem_cap - working.mem) // need.mem_mib)
-    return room
+    """Instances of ``need`` each machine could still take by what it has free (the filters' room bounds,
+    GPU memory aside: a bound, for a heuristic)."""
+    room = room_bound(working, need, RESOURCE_RULES)
+    return np.full(working.n_machines, UNBOUNDED) if room is None else room

@@ -28,9 +28,14 @@ FloatArray = npt.NDArray[np.float64]
 SECONDS_PER_HOUR = 3600.0
 
 
+def measures(model: SpeedModel, workload: str) -> bool:
+    """Whether ``model`` knows the speed of ``workload`` on GPU types (else :func:`type_cost` is ``None``)."""
+    return workload in model.workloads
+
+
 def type_cost(model: SpeedModel, layout: Layout, workload: str) -> FloatArray | None:
     """Seconds lost per hour of work on each machine's GPU type (read-only; see above)."""
-    if workload not in model.workloads:
+    if not measures(model, workload):
         return None
     by_type = model.speeds_on(workload, layout.gpu_types)
     return layout.derived.type_costs.get(by_type, lambda: _per_machine(layout, by_type))

@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from placement.errors import InputError
+from placement import InputError
 from service import cli_cluster, cli_data, cli_loop, cli_models, cli_performance, cli_serve, cli_sim, quickstart
 from service.console import make_console
 

@@ -8,9 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from placement.cluster import Cluster
-from placement.cluster_io import CLUSTERS, load_cluster
-from placement.topology import DEFAULT_RACK_SIZE, DEFAULT_RACKS_PER_DOMAIN, dump_topology_yaml
+from placement import CLUSTERS, DEFAULT_RACK_SIZE, DEFAULT_RACKS_PER_DOMAIN, Cluster, dump_topology_yaml, load_cluster
 from service.console import make_console
 
 app = typer.Typer(help="Clusters: machines, GPUs, racks and domains.", no_args_is_help=True)

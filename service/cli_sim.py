@@ -73,11 +73,7 @@ def compare(
 
 def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs: list[tuple[str, str]],
          out: Path | None, batch: tuple[float, float, int], how: tuple[str, bool, str]) -> None:
-    from placement.batch import BATCH_POLICIES
-    from placement.policies import CHOOSERS
-    from placement.sim.engine import BatchWindow
-    from placement.sim.jobs import without_sharing
-    from placement.sim.queues import queue_policy
+    from placement import BATCH_POLICIES, ONLINE_POLICY_NAMES, BatchWindow, queue_policy, without_sharing
     from training.simulate import NETWORK_TERMS, RUNTIMES, cluster_for, compare, openb_jobs, pai_jobs
 
     runtime, sharing, network_term = how
@@ -88,8 +84,9 @@ def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs
 
     for queue, placement in runs:
         queue_policy(queue)  # KeyError naming the known ones
-        if placement not in CHOOSERS and placement not in BATCH_POLICIES:
-            raise KeyError(f"unknown placement {placement!r}; known: {', '.join([*CHOOSERS, *BATCH_POLICIES])}")
+        if placement not in ONLINE_POLICY_NAMES and placement not in BATCH_POLICIES:
+            known = ", ".join([*ONLINE_POLICY_NAMES, *BATCH_POLICIES])
+            raise KeyError(f"unknown placement {placement!r}; known: {known}")
     window = BatchWindow("ffd", every_s=batch[0], time_limit_s=batch[1], max_jobs=batch[2])
 
     cluster, constrain = cluster_for(cluster_kind, gpus)

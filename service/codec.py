@@ -12,10 +12,18 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from placement.cluster import Cluster, Machine, build_cluster
-from placement.demand import Job, Role, Task
-from placement.snapshot import Allocation, InstancePlacement, layout_of
-from placement.topology import Topology
+from placement import (
+    Allocation,
+    Cluster,
+    InstancePlacement,
+    Job,
+    Machine,
+    Role,
+    Task,
+    Topology,
+    build_cluster,
+    layout_of,
+)
 
 Json = dict[str, Any]
 

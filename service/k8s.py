@@ -6,11 +6,12 @@ prioritize receive ``{"Pod", "Nodes", "NodeNames"}``; filter answers ``{"Nodes",
 scores 0..10, bind receives ``{"PodName", "PodNamespace", "PodUID", "Node"}`` and answers
 ``{"Error"}``. Always HTTP 200: business errors go in ``Error``.
 
-Filter: can the node host the pod now (the same candidate check as every placement); a node that
-could not host it even empty, or that gpuplace does not manage, is unresolvable (preemption cannot
-help). Prioritize: the liquid score (packing, scarce GPU types kept), mapped to 10 for the best
-node and 0 for the worst. Bind: reserves the pod's resources on the node in the state database (a
-placement through the scheduling cycle, whose policy is the node kube-scheduler chose), then creates
+Filter: can the node host the pod now (``placement.filter_nodes``: the filters every placement uses);
+a node that could not host it even empty, or that gpuplace does not manage, is unresolvable
+(preemption cannot help). Prioritize: the liquid policy's score bounded to 0..1 over the nodes asked
+about that can host the pod (``placement.score_nodes``: packing, scarce GPU types kept), times 10.
+Bind: reserves the pod's resources on the node in the state database (a placement through the
+scheduling cycle, whose policy is the node kube-scheduler chose: ``placement.place_on``), then creates
 the Binding through the Kubernetes API (``GPUPLACE_KUBE_API``); if that fails the reservation is
 released. Bind needs the pod's demand, remembered from filter by pod UID.
 """
@@ -18,23 +19,15 @@ released. Bind needs the pod's demand, remembered from filter by pod UID.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 
-from placement.decision import Decision, Verdict
-from placement.demand import Job
-from placement.feasibility import need_of, violations
-from placement.network import NetworkTally
-from placement.online import PlacementConfig, Step
-from placement.policies import CHOOSERS
-from placement.snapshot import Allocation, ClusterSnapshot, empty_snapshot
-from placement.working import FEW_CPU, FEW_GPUS, FEW_MEM, NO_SHARED_GPU, WRONG_TYPE, Candidates, WorkingState
+from placement import ClusterSnapshot, Decision, Job, Verdict, filter_nodes, place_on, score_nodes
 from service.k8s_pod import PodError, job_of_pod, pod_uid
 from service.runtime import ReadRuntime, Runtime, WriteRuntime
 from service.store import End, Place, Placed, Reason, Refused
@@ -60,29 +53,6 @@ def _remember(pod: dict[str, Any]) -> Job:
     return job
 
 
-def _reason(code: int, job: Job, working: WorkingState, machine: int) -> str:
-    task, layout = job.tasks[0], working.layout
-    if code == WRONG_TYPE:
-        return f"GPU type {layout.gpu_types[int(layout.gpu_type[machine])]} not in {sorted(task.gpu_types)}"
-    if code == FEW_GPUS:
-        return f"needs {task.whole_gpus} free GPU(s), {int(working.free_whole[machine])} free"
-    if code == NO_SHARED_GPU:
-        return f"no GPU with a free share of {task.gpu:g} and its GPU memory"
-    if code == FEW_CPU:
-        return f"needs {task.cpu_cores:g} CPU cores, {(layout.cpu_cap[machine] - working.cpu[machine]) / 1000:g} free"
-    if code == FEW_MEM:
-        return f"needs {task.mem_gib:g} GiB memory, {(layout.mem_cap[machine] - working.mem[machine]) / 1024:g} free"
-    return "fits"
-
-
-def _check(rt: Runtime, job: Job) -> tuple[ClusterSnapshot, WorkingState, Candidates, WorkingState, Candidates]:
-    """The pod's candidates now and on the empty cluster (whether waiting could ever help)."""
-    snapshot = rt.store.snapshot()
-    task, need = job.tasks[0], need_of(job.tasks[0])
-    working, empty = WorkingState(snapshot), WorkingState(empty_snapshot(snapshot.cluster))
-    return snapshot, working, working.candidates(task, need), empty, empty.candidates(task, need)
-
-
 @router.post("/filter")
 def extender_filter(args: dict[str, Any], rt: ReadRuntime) -> dict[str, Any]:
     names = _node_names(args)
@@ -91,20 +61,20 @@ def extender_filter(args: dict[str, Any], rt: ReadRuntime) -> dict[str, Any]:
     except (PodError, ValueError) as exc:
         return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
                 "Error": str(exc)}
-    snapshot, working, now, empty_state, empty = _check(rt, job)
+    snapshot = rt.store.snapshot()
+    checked = filter_nodes(snapshot, job)
     index = snapshot.cluster.index
     passing, failed, unresolvable = [], {}, {}
     for name in names:
         machine = index.get(name)
         if machine is None:
             unresolvable[name] = f"node {name} is not a machine of gpuplace's cluster {snapshot.cluster.name}"
-        elif now.ok[machine]:
+        elif checked.ok[machine]:
             passing.append(name)
-        elif not empty.ok[machine]:
-            unresolvable[name] = _reason(int(empty.reason[machine]), job, empty_state, machine) + \
-                " (even with nothing running)"
+        elif not checked.ok_when_empty[machine]:
+            unresolvable[name] = f"{checked.reason_when_empty(machine)} (even with nothing running)"
         else:
-            failed[name] = _reason(int(now.reason[machine]), job, working, machine)
+            failed[name] = checked.reason(machine)
     if args.get("NodeNames") is not None:
         nodes: Any = None
         node_names: Any = passing
@@ -125,23 +95,11 @@ def extender_prioritize(args: dict[str, Any], rt: ReadRuntime) -> list[dict[str,
         job = _remember(args.get("Pod") or {})
     except (PodError, ValueError):
         return [{"Host": n, "Score": 0} for n in names]
-    snapshot, working, now, _, _ = _check(rt, job)
-    config = PlacementConfig()
-    step = Step(job, 0, now, working, NetworkTally(job, snapshot.layout, config.distance_cost), config, [],
-                need_of(job.tasks[0]))
-    cost = CHOOSERS["liquid"](step)
+    snapshot = rt.store.snapshot()
     index = snapshot.cluster.index
-    known = [index[n] for n in names if n in index and now.ok[index[n]]]
-    low, high = (float(np.min(cost[known])), float(np.max(cost[known]))) if known else (0.0, 0.0)
-    scores = []
-    for name in names:
-        machine = index.get(name)
-        if machine is None or not now.ok[machine]:
-            scores.append({"Host": name, "Score": 0})
-        else:
-            scale = (high - float(cost[machine])) / (high - low) if high > low else 1.0
-            scores.append({"Host": name, "Score": round(10 * scale)})
-    return scores
+    known = [index[n] for n in names if n in index]
+    scores = dict(zip(known, score_nodes(snapshot, job, "liquid", machines=known).tolist(), strict=True))
+    return [{"Host": name, "Score": round(10 * scores[index[name]]) if name in index else 0} for name in names]
 
 
 @router.post("/bind")
@@ -181,18 +139,10 @@ class OnNode:
         if machine is None:
             return Decision(job.job_id, "k8s-bind", Verdict.CAN_NEVER_FIT, snapshot.generation,
                             reasons=(f"node {self.node} is not a machine of gpuplace's cluster",))
-        working = WorkingState(snapshot)
-        task = job.tasks[0]
-        candidates = working.candidates(task, need_of(task))
-        if not candidates.ok[machine]:
-            reason = _reason(int(candidates.reason[machine]), job, working, machine)
-            return Decision(job.job_id, "k8s-bind", Verdict.UNSCHEDULABLE_NOW, snapshot.generation,
-                            reasons=(f"pod does not fit node {self.node}: {reason}",))
-        allocation = Allocation(job.job_id, (working.take(machine, 0, need_of(task)),))
-        problems = violations(snapshot, job, allocation)
-        if problems:  # as every online policy does: an infeasible allocation of its own is a bug
-            raise RuntimeError(f"refusing an infeasible allocation of {job.job_id}: {problems}")
-        return Decision(job.job_id, "k8s-bind", Verdict.PLACED, snapshot.generation, allocation)
+        decision = place_on(snapshot, job, machine, "k8s-bind")
+        if not decision.placed:
+            return replace(decision, reasons=(f"pod does not fit node {self.node}: {decision.reasons[0]}",))
+        return decision
 
 
 def _post_binding(rt: Runtime, namespace: str, name: str, uid: str, node: str) -> None:

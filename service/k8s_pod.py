@@ -16,7 +16,7 @@ import math
 import re
 from typing import Any
 
-from placement.demand import Job, Role, Task
+from placement import Job, Role, Task
 
 GPU_RESOURCE = "nvidia.com/gpu"
 SHARE, GPU_MEM, TYPES = "gpuplace.io/gpu-share", "gpuplace.io/gpu-mem-gib", "gpuplace.io/gpu-types"

@@ -27,11 +27,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
 
 from placement.batch import batch_policy
 from placement.cluster import Cluster
 from placement.feasibility import Need, need_of
+from placement.filters import FILTERS, GPU_RULES
+from placement.filters.base import SnapshotUsage, usage_of
+from placement.filters.chain import room_bound
 from placement.online import PlacementConfig
 from placement.policies import OnlinePolicy, online_policy
 from placement.sim.jobs import SimJob
@@ -39,7 +41,6 @@ from placement.sim.pass_memo import PassMemo, Sizes
 from placement.sim.queues import QueuePolicy, WaitingQueue
 from placement.sim.runtime import Runtime, TraceRuntime
 from placement.snapshot import MILLI, Allocation, ClusterSnapshot, Layout, apply, release
-from placement.working import type_mask_of
 
 FINISH, ARRIVE, TICK = 0, 1, 2
 Event = tuple[float, int, int, int]
@@ -133,9 +134,8 @@ class _State:
     tick_pending: bool = False
     free_whole: tuple[int, int] = (-1, 0)
     """(generation, completely free GPUs in the cluster) of the last snapshot asked about."""
-    share_room: dict[int, npt.NDArray[np.int64]] = field(default_factory=dict)
-    share_room_generation: int = -1
-    """Per GPU share (milli): how many such shares each machine's GPUs still take, on that generation."""
+    usage: SnapshotUsage | None = None
+    """The filters' view of ``snapshot`` (``_usage``)."""
     user_gpu: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     user_cpu: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     fits_empty: dict[tuple[str, ...], tuple[str, ...] | None] = field(default_factory=dict)
@@ -300,40 +300,28 @@ def _due(state: _State, ends: list[tuple[int, float]], events: list[Event], reco
 
 def _may_fit(state: _State, job: SimJob, demand: _Demand, gpu_only: bool = False) -> bool:
     """A necessary condition, cheap (a few vector operations): for every task, the allowed machines
-    together have room for all its instances, counting per machine how many instances its free whole
-    GPUs (or free GPU shares, GPU by GPU), CPU and memory (unless ``gpu_only``) could each hold."""
-    snapshot = state.snapshot
-    layout = snapshot.layout
-    big = np.int64(1 << 40)
+    together have room for all its instances, counting per machine how many instances the filters'
+    room bounds (``placement.filters``) let it take: by its free whole GPUs (or free GPU shares, GPU by
+    GPU), CPU and memory (unless ``gpu_only``), on the task's GPU types."""
+    usage = _usage(state)
+    rules: Iterable[str] = GPU_RULES if gpu_only else FILTERS
     for task, need in zip(job.job.tasks, demand.needs, strict=True):
-        if need.whole_gpus:
-            room = snapshot.machine_free_whole // need.whole_gpus
-        elif need.gpu_milli:
-            room = _share_room(state, need.gpu_milli)
-        else:
-            room = np.full(len(layout.cpu_cap), big)
-        if need.cpu_milli and not gpu_only:
-            room = np.minimum(room, (layout.cpu_cap - snapshot.cpu_used) // need.cpu_milli)
-        if need.mem_mib and not gpu_only:
-            room = np.minimum(room, (layout.mem_cap - snapshot.mem_used) // need.mem_mib)
-        if task.gpu > 0 and task.gpu_types:
-            room = room[type_mask_of(layout, task.gpu_types)]
+        room = room_bound(usage, need, rules)
+        if room is None:  # nothing limits it: any machine takes all its instances
+            if not len(usage.cpu):
+                return False
+            continue
         if int(np.minimum(room, task.instances).sum()) < task.instances:
             return False
     return True
 
 
-def _share_room(state: _State, gpu_milli: int) -> npt.NDArray[np.int64]:
-    """Shares of ``gpu_milli`` each machine's GPUs still take (remembered for the snapshot's generation)."""
-    snapshot = state.snapshot
-    if state.share_room_generation != snapshot.generation:
-        state.share_room, state.share_room_generation = {}, snapshot.generation
-    room = state.share_room.get(gpu_milli)
-    if room is None:
-        per_gpu = (MILLI - snapshot.gpu_milli_used) // gpu_milli
-        room = state.share_room[gpu_milli] = np.bincount(snapshot.layout.gpu_machine, weights=per_gpu,
-                                                         minlength=len(snapshot.cpu_used)).astype(np.int64)
-    return room
+def _usage(state: _State) -> SnapshotUsage:
+    """The usage of the current snapshot, which keeps what the filters work out from it (the room for
+    each GPU share) until the snapshot changes."""
+    if state.usage is None or state.usage.snapshot is not state.snapshot:
+        state.usage = usage_of(state.snapshot)
+    return state.usage
 
 
 def _account(state: _State, job: SimJob, demand: _Demand, sign: int) -> None:

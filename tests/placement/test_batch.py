@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 
-from placement.batch import BATCH_POLICIES, BatchResult, batch_policy, fits_on, network_cost_fast
+from placement.batch import BATCH_POLICIES, BatchResult, batch_policy, network_cost_fast
 from placement.bounds import l1_bound, l2_bound, machines_lower_bound
 from placement.cluster import Cluster, Machine, build_cluster
 from placement.cpsat import place_cpsat
@@ -239,21 +239,6 @@ def test_fast_network_cost_matches_the_definition() -> None:
             expected = placement_cost(job, snap_layout, placements)
             got = network_cost_fast(job, machines, layout.rack_index.tolist(), layout.domain_index.tolist())
             assert math.isclose(got, expected, abs_tol=1e-9)
-
-
-def test_fits_on_agrees_with_candidates() -> None:
-    snapshot = ClusterSnapshot.empty(cluster())
-    working = WorkingState(snapshot)
-    rng = random.Random(5)
-    tasks = [worker(1, g, cpu_cores=c, gpu_mem_gib=mem, gpu_types=types) for g in (0, 0.3, 0.5, 1, 2, 4, 8)
-             for c in (0, 8) for mem in (math.nan, 12) for types in (frozenset(), V32)]
-    for _ in range(40):
-        task = rng.choice(tasks)
-        need = need_of(task)
-        ok = working.candidates(task, need).ok
-        assert [fits_on(working, m, task, need) for m in range(working.n_machines)] == ok.tolist()
-        if ok.any():
-            working.take(int(np.flatnonzero(ok)[rng.randrange(int(ok.sum()))]), 0, need)
 
 
 def test_unknown_batch_policy_names_the_known_ones() -> None:

@@ -12,13 +12,13 @@ import numpy as np
 from placement.cluster import Cluster, Machine, build_cluster
 from placement.decision import Verdict
 from placement.demand import Job, Role, Task
+from placement.filters.gpu_type import type_mask_of
 from placement.layout import Table
 from placement.online import PlacementConfig, machine_scarcity, machine_tiers
 from placement.policies import online_policy
 from placement.snapshot import ClusterSnapshot, apply, empty_snapshot, layout_of
 from placement.speed import SpeedModel, WorkloadSpeed
 from placement.type_cost import type_cost
-from placement.working import type_mask_of
 from tests.placement.test_runtime import CURVE, MODEL
 
 

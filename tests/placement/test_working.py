@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import placement.working as working_module
+import placement.filters.gpu_share as gpu_share_module
 from placement.cluster import Cluster
 from placement.demand import Job
 from placement.feasibility import need_of
@@ -35,9 +35,9 @@ def test_incremental_candidates_match_a_full_recount(cluster: Cluster, job: Job,
     working = WorkingState(ClusterSnapshot.empty(cluster))
     for step, pick in enumerate(picks):
         task_index = pick % len(job.tasks)
-        task, need = job.tasks[task_index], need_of(job.tasks[task_index])
-        got = working.candidates(task, need)
-        want = _fresh(working).candidates(task, need)
+        need = need_of(job.tasks[task_index])
+        got = working.candidates(need)
+        want = _fresh(working).candidates(need)
         assert np.array_equal(got.reason, want.reason) and np.array_equal(got.ok, want.ok)
         assert np.array_equal(got.free_whole, want.free_whole)
         assert np.allclose(working.gpu_allocated_share(),
@@ -56,7 +56,7 @@ def test_take_many_is_take_repeated(cluster: Cluster, job: Job, pick: int) -> No
     task = job.tasks[0]
     need = need_of(task)
     one, many = WorkingState(ClusterSnapshot.empty(cluster)), WorkingState(ClusterSnapshot.empty(cluster))
-    fit = np.flatnonzero(one.candidates(task, need).ok)
+    fit = np.flatnonzero(one.candidates(need).ok)
     if not fit.size:
         return
     machine = int(fit[pick % fit.size])
@@ -67,7 +67,7 @@ def test_take_many_is_take_repeated(cluster: Cluster, job: Job, pick: int) -> No
     assert many.take_many(machine, 0, need, count) == singles
     assert one.room_on(machine, need) == room - count or room > 6
     if count == room:
-        assert not one.candidates(task, need).ok[machine]
+        assert not one.candidates(need).ok[machine]
     for name in ("gpu_milli", "gpu_mem", "cpu", "mem", "machine_milli", "free_whole"):
         assert np.array_equal(getattr(one, name), getattr(many, name)), name
 
@@ -79,13 +79,13 @@ def test_large_node_path_places_as_the_small_one(cluster: Cluster, job: Job, pic
     """The numpy path for machines with many GPUs chooses exactly the GPUs the Python path does."""
     states = {}
     for threshold in (64, 0):  # 0: every machine counts as large
-        with patch.object(working_module, "FEW_GPUS_PER_MACHINE", threshold):
+        with patch.object(gpu_share_module, "FEW_GPUS_PER_MACHINE", threshold):
             working = WorkingState(ClusterSnapshot.empty(cluster))
             placed = []
             for pick, count in picks:
                 task_index = pick % len(job.tasks)
-                task, need = job.tasks[task_index], need_of(job.tasks[task_index])
-                fit = np.flatnonzero(working.candidates(task, need).ok)
+                need = need_of(job.tasks[task_index])
+                fit = np.flatnonzero(working.candidates(need).ok)
                 if fit.size:
                     machine = int(fit[pick % fit.size])
                     placed += working.take_many(machine, task_index, need, min(count, working.room_on(machine, need)))

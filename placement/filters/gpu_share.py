@@ -1,0 +1,115 @@
+"""Filter ``gpu-share``: an instance sharing a GPU needs one GPU of the machine with its share and its
+GPU memory free.
+
+A GPU takes a share of ``s`` milli-GPUs needing ``g`` MiB when ``used_milli + s <= 1000`` and
+``used_mem + g <= capacity`` (and it has memory at all); ``g`` is the demand's GPU memory, or
+``ceil(share x capacity)`` when the demand's memory is proportional. The share and the memory must be
+free on the same GPU, so the rule is checked GPU by GPU. A machine's few GPUs are worked on as Python
+integers, the many GPUs of a large node (more than ``FEW_GPUS_PER_MACHINE``) in numpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from placement.feasibility import Need
+from placement.filters.base import UNBOUNDED, Usage, most
+from placement.layout import MIB_PER_GIB, MILLI, BoolArray, IntArray
+
+FEW_GPUS_PER_MACHINE = 64
+"""Up to this many GPUs a machine's GPUs are handled as Python integers (faster than numpy calls);
+above it (a "big node" of thousands of GPUs) in numpy."""
+
+
+def share_mem_per_gpu(caps: IntArray, need: Need) -> IntArray:
+    """GPU memory (MiB) one share of ``need`` takes on each GPU of memory ``caps``."""
+    if need.gpu_mem_mib >= 0:
+        return np.full(len(caps), need.gpu_mem_mib)
+    per_gpu: IntArray = np.ceil(need.share_mem * caps - 1e-9).astype(np.int64)
+    return per_gpu
+
+
+def share_room_per_gpu(milli: IntArray, mem: IntArray, caps: IntArray, need: Need) -> IntArray:
+    """How many more shares of ``need`` each GPU takes (used share ``milli``, used memory ``mem``)."""
+    per_gpu = share_mem_per_gpu(caps, need)
+    by_mem = np.where(per_gpu > 0, (caps - mem) // np.maximum(per_gpu, 1), UNBOUNDED)
+    room: IntArray = np.where(caps > 0, np.minimum((MILLI - milli) // need.gpu_milli, by_mem), 0).clip(min=0)
+    return room
+
+
+def fitting_gpus(milli: list[int], mem: list[int], caps: list[int], need: Need) -> list[int]:
+    """Positions of the GPUs (given as Python lists) that take one more share of ``need``."""
+    return [i for i, (m, g, cap) in enumerate(zip(milli, mem, caps, strict=True))
+            if cap > 0 and m + need.gpu_milli <= MILLI and g + need.gpu_mem_on(cap) <= cap]
+
+
+def shares_on(usage: Usage, need: Need, machine: int, enough: int = UNBOUNDED) -> int:
+    """How many more shares of ``need`` the GPUs of ``machine`` take (counting stops at ``enough`` on
+    machines with few GPUs; a machine with many is counted in numpy)."""
+    layout = usage.layout
+    first = int(layout.gpu_first[machine])
+    span = slice(first, first + int(layout.gpu_count[machine]))
+    if span.stop - span.start > FEW_GPUS_PER_MACHINE:
+        return int(share_room_per_gpu(usage.gpu_milli[span], usage.gpu_mem[span], layout.gpu_mem_cap[span],
+                                      need).sum())
+    room = 0
+    for used, mem, cap in zip(usage.gpu_milli[span].tolist(), usage.gpu_mem[span].tolist(),
+                              layout.gpu_mem_cap[span].tolist(), strict=True):
+        per_gpu = need.gpu_mem_on(cap)
+        if cap > 0:
+            room += max(0, min((MILLI - used) // need.gpu_milli, (cap - mem) // per_gpu if per_gpu > 0 else UNBOUNDED))
+        if room >= enough:
+            break
+    return room
+
+
+class GpuShare:
+    name = "gpu-share"
+    standing = False
+
+    def applies(self, need: Need) -> bool:
+        return not need.whole_gpus and need.gpu_milli > 0
+
+    def mask(self, usage: Usage, need: Need) -> BoolArray:
+        if not self.applies(need):
+            return usage.layout.derived.all_machines
+        layout = usage.layout
+        cap = layout.gpu_mem_cap
+        mem_need = need.gpu_mem_mib if need.gpu_mem_mib >= 0 else np.ceil(need.share_mem * cap - 1e-9)
+        on_gpu = (usage.gpu_milli + need.gpu_milli <= MILLI) & (usage.gpu_mem + mem_need <= cap) & (cap > 0)
+        fits: BoolArray = np.bincount(layout.gpu_machine, weights=on_gpu, minlength=len(layout.cpu_cap)) > 0
+        return fits
+
+    def fits_at(self, usage: Usage, need: Need, machine: int) -> bool:
+        return not self.applies(need) or shares_on(usage, need, machine, 1) > 0
+
+    def reason(self, usage: Usage, need: Need, machine: int) -> str | None:
+        if self.fits_at(usage, need, machine):
+            return None
+        return f"no GPU with a free share of {need.gpu_milli / MILLI:g} and its GPU memory"
+
+    def summary(self, usage: Usage, need: Need, rejected: int, allowed: BoolArray) -> str:
+        layout = usage.layout
+        on_allowed = allowed[layout.gpu_machine]
+        share = f"{need.gpu_milli / MILLI:g} of a GPU"
+        largest_share = most(MILLI - usage.gpu_milli, on_allowed) / MILLI
+        if need.gpu_mem_mib >= 0:
+            largest_mem = most(layout.gpu_mem_cap - usage.gpu_mem, on_allowed) / MIB_PER_GIB
+            return (f"needs {share} with {need.gpu_mem_mib / MIB_PER_GIB:g} GiB GPU memory on one GPU; largest "
+                    f"free share {largest_share:g}, largest free GPU memory {largest_mem:g} GiB")
+        return f"no GPU has {share} free (largest free share {largest_share:g})"
+
+    def room_bound(self, usage: Usage, need: Need) -> IntArray | None:
+        """Shares by milli-GPUs alone, GPU by GPU (GPU memory aside: a bound, cheap)."""
+        if not self.applies(need):
+            return None
+        milli, layout = need.gpu_milli, usage.layout
+
+        def make() -> IntArray:
+            per_gpu = (MILLI - usage.gpu_milli) // milli
+            return np.bincount(layout.gpu_machine, weights=per_gpu, minlength=len(layout.cpu_cap)).astype(np.int64)
+
+        return usage.remember(("gpu-share room", milli), make)
+
+    def room_at(self, usage: Usage, need: Need, machine: int) -> int | None:
+        return shares_on(usage, need, machine) if self.applies(need) else None
