@@ -11,22 +11,30 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
 import sqlalchemy as sa
 from fastapi import APIRouter, FastAPI, HTTPException, Response
-from fastapi.responses import JSONResponse
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.telemetry import TelemetryConfig
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from placement.cluster_io import load_cluster
-from placement.errors import InputError
-from placement.snapshot import MILLI
+from placement import MILLI, InputError, load_cluster
 from service.codec import cluster_from_json
-from service.estimator import EstimatorHolder, settle_heap
+from service.estimator import EstimatorHolder, Registry, settle_heap
 from service.k8s import router as k8s_router
+from service.responses import (
+    ClusterLoadedOut,
+    ClusterOut,
+    HealthOut,
+    MachineOut,
+    ModelsOut,
+    NotReadyOut,
+    ReadyOut,
+)
 from service.routes_jobs import router as jobs_router
 from service.runtime import ReadRuntime, Runtime, RuntimeDep, WriteRuntime
 from service.schemas import ClusterIn
@@ -35,26 +43,31 @@ from service.store import Refused, Replace, Replaced, open_store
 
 log = logging.getLogger(__name__)
 API_VERSION = "1"
+Made = TypeVar("Made")
 
 
 def build_runtime(settings: Settings) -> Runtime:
     """The store (creating the schema, loading the configured cluster into an empty database) and the
     estimator (the registry's alias, or the heuristic when there is none)."""
     from models.registry import ModelRegistry
+    from training.serving import RegisteredEstimators
+
+    def registered() -> RegisteredEstimators:
+        registry = ModelRegistry(settings.resolved_mlflow_uri(), settings.model_name)
+        return RegisteredEstimators(registry, settings.prediction_cache_rows)
 
     store = _retrying(lambda: open_store(settings))
+    registry: Registry | None
     try:  # several workers starting at once may race to create the registry's tables: the loser retries
-        registry: Any = _retrying(lambda: ModelRegistry(settings.resolved_mlflow_uri(), settings.model_name),
-                                  errors=(Exception,))
+        registry = _retrying(registered, errors=(Exception,))
     except Exception as exc:  # no registry: serve with the heuristic, /readyz says why
         log.warning("model registry unavailable", extra={"error": str(exc)})
         registry = None
-    holder = EstimatorHolder(registry, settings.model_alias, settings.prediction_cache_rows)
-    return Runtime(settings, store, holder)
+    return Runtime(settings, store, EstimatorHolder(registry, settings.model_alias))
 
 
-def _retrying(make: Callable[[], Any], attempts: int = 6, pause_s: float = 1.0,
-              errors: tuple[type[Exception], ...] = (sa.exc.SQLAlchemyError,)) -> Any:
+def _retrying(make: Callable[[], Made], attempts: int = 6, pause_s: float = 1.0,
+              errors: tuple[type[Exception], ...] = (sa.exc.SQLAlchemyError,)) -> Made:
     """``make()``, retried on database errors (another process creating the same tables)."""
     for attempt in range(attempts):
         try:
@@ -84,12 +97,12 @@ def create_app(settings: Settings | None = None, rt: Runtime | None = None) -> F
         current.cycle.stop()
         current.store.close()
 
-    # FastAPI's OpenTelemetry bridge asks the global providers on every request even when none is set up
-    # (about 5% of a placement's CPU): on only when asked for
+    # FastAPI's OpenTelemetry bridge asks the global providers on every request even when none is set up,
+    # a cost every placement pays: on only when asked for
     telemetry = None if settings.otel else TelemetryConfig(tracing=False, metrics=False, logs=False,
                                                            operation_spans=False)
     # One flat list of routes, the hot ones first: an included router stays a node of its own that
-    # every request searches through (about 0.05 ms a request with this app's three)
+    # every request searches through
     app = FastAPI(title="gpuplace", version=API_VERSION, lifespan=lifespan, telemetry=telemetry,
                   description="Resource estimates and placement of deep-learning jobs on a GPU cluster.",
                   routes=[*jobs_router.routes, *k8s_router.routes, *_router.routes])
@@ -173,28 +186,29 @@ _router = APIRouter()
 
 
 @_router.get("/healthz", tags=["health"])
-async def healthz() -> dict[str, str]:
+async def healthz() -> HealthOut:
     """The process is up."""
-    return {"status": "ok"}
+    return HealthOut(status="ok")
 
 
-@_router.get("/readyz", tags=["health"])
-def readyz(response: Response, rt: RuntimeDep) -> dict[str, Any]:
+@_router.get("/readyz", tags=["health"], response_model=ReadyOut,
+             responses={503: {"model": NotReadyOut, "description": "the database does not answer"}})
+async def readyz(rt: RuntimeDep) -> ReadyOut | JSONResponse:
     """Ready when the database answers; ``degraded`` when no registered model answers (heuristic) or
     the last reload failed (the last good model keeps answering)."""
     try:
-        generation = rt.store.generation()
+        generation = await run_in_threadpool(rt.store.generation)
     except Exception as exc:  # the database is down: not ready
-        response.status_code = 503
-        return {"status": "unavailable", "database": f"error: {exc}"}
-    status = "degraded" if rt.estimator.degraded else "ready"
-    return {"status": status, "database": "ok", "generation": generation, "model_version": rt.estimator.version,
-            "model_error": rt.estimator.last_error, "auth": "on" if rt.keys else "off"}
+        return JSONResponse(NotReadyOut(status="unavailable", database=f"error: {exc}").model_dump(),
+                            status_code=503)
+    return ReadyOut(status="degraded" if rt.estimator.degraded else "ready", database="ok", generation=generation,
+                    model_version=rt.estimator.version, model_error=rt.estimator.last_error,
+                    auth="on" if rt.keys else "off")
 
 
-@_router.get("/metrics", tags=["health"])
+@_router.get("/metrics", tags=["health"], response_class=PlainTextResponse)
 def metrics(rt: RuntimeDep) -> Response:
-    """Prometheus metrics: request latency, decisions by verdict, model version, allocation."""
+    """Prometheus metrics (text format): request latency, decisions by verdict, model version, allocation."""
     snapshot = rt.store.snapshot()
     m = rt.metrics
     allocated = float(snapshot.gpu_milli_used.sum()) / MILLI
@@ -208,23 +222,27 @@ def metrics(rt: RuntimeDep) -> Response:
 
 
 @_router.get("/v1/cluster", tags=["cluster"])
-def get_cluster(rt: ReadRuntime) -> dict[str, Any]:
+async def get_cluster(rt: ReadRuntime) -> ClusterOut:
     """Summary and per-machine allocation."""
+    return await run_in_threadpool(_cluster_out, rt)
+
+
+def _cluster_out(rt: Runtime) -> ClusterOut:
     s = rt.store.snapshot()
     layout, cluster = s.layout, s.cluster
     milli = s.machine_gpu_milli
     racks = dict(cluster.topology.machine_racks)
-    machines = [{"name": m.name, "gpu_type": m.gpu_type, "gpus": m.gpus, "gpus_allocated": int(milli[i]) / MILLI,
-                 "cpu_cores": m.cpu_cores, "cpu_cores_allocated": int(s.cpu_used[i]) / MILLI,
-                 "mem_gib": m.mem_gib, "mem_gib_allocated": int(s.mem_used[i]) / 1024, "rack": racks.get(m.name)}
+    machines = [MachineOut(name=m.name, gpu_type=m.gpu_type, gpus=m.gpus, gpus_allocated=int(milli[i]) / MILLI,
+                           cpu_cores=m.cpu_cores, cpu_cores_allocated=int(s.cpu_used[i]) / MILLI, mem_gib=m.mem_gib,
+                           mem_gib_allocated=int(s.mem_used[i]) / 1024, rack=racks.get(m.name))
                 for i, m in enumerate(cluster.machines)]
-    return {"name": cluster.name, "generation": s.generation, "machines": len(cluster), "gpus": cluster.total_gpus,
-            "gpus_allocated": float(np.sum(milli)) / MILLI, "running_jobs": len(s.allocations),
-            "gpu_types": list(layout.gpu_types), "per_machine": machines}
+    return ClusterOut(name=cluster.name, generation=s.generation, machines=len(cluster), gpus=cluster.total_gpus,
+                      gpus_allocated=float(np.sum(milli)) / MILLI, running_jobs=len(s.allocations),
+                      gpu_types=list(layout.gpu_types), per_machine=machines)
 
 
 @_router.put("/v1/cluster", tags=["cluster"])
-def put_cluster(body: ClusterIn, rt: WriteRuntime) -> dict[str, Any]:
+def put_cluster(body: ClusterIn, rt: WriteRuntime) -> ClusterLoadedOut:
     """Load a cluster spec (a shipped name, or machines with optional racks and domains). Refused (409)
     while running jobs would not fit it, unless ``force``, which evicts those jobs. Written from this
     request's worker thread through the store's write path, not in a cycle on the event loop: fitting
@@ -239,8 +257,8 @@ def put_cluster(body: ClusterIn, rt: WriteRuntime) -> dict[str, Any]:
         raise HTTPException(422, str(exc)) from exc
     match rt.store.write([Replace(cluster, force=body.force)]).results[0]:
         case Replaced(evicted=evicted, generation=generation):
-            return {"name": cluster.name, "machines": len(cluster), "gpus": cluster.total_gpus,
-                    "evicted": list(evicted), "generation": generation}
+            return ClusterLoadedOut(name=cluster.name, machines=len(cluster), gpus=cluster.total_gpus,
+                                    evicted=list(evicted), generation=generation)
         case Refused(detail=detail):
             raise HTTPException(409, detail)
         case other:
@@ -248,14 +266,19 @@ def put_cluster(body: ClusterIn, rt: WriteRuntime) -> dict[str, Any]:
 
 
 @_router.get("/v1/models", tags=["models"])
-def get_models(rt: ReadRuntime) -> dict[str, Any]:
-    return {"answering": rt.estimator.version, "alias": rt.estimator.alias, "degraded": rt.estimator.degraded,
-            "last_error": rt.estimator.last_error,
-            "loaded_at": rt.estimator.current.loaded_at if rt.estimator.current else None}
+async def get_models(rt: ReadRuntime) -> ModelsOut:
+    """The model version answering, the alias it is loaded from, and why it is degraded if it is."""
+    return _models_out(rt)
 
 
 @_router.post("/v1/models/reload", tags=["models"])
-def reload_models(rt: WriteRuntime) -> dict[str, Any]:
+async def reload_models(rt: WriteRuntime) -> ModelsOut:
     """Load the version behind the alias now (atomically; on failure the last good model stays)."""
-    rt.estimator.reload()
-    return get_models(rt)
+    await run_in_threadpool(rt.estimator.reload)
+    return _models_out(rt)
+
+
+def _models_out(rt: Runtime) -> ModelsOut:
+    current = rt.estimator.current
+    return ModelsOut(answering=rt.estimator.version, alias=rt.estimator.alias, degraded=rt.estimator.degraded,
+                     last_error=rt.estimator.last_error, loaded_at=current.loaded_at if current else None)

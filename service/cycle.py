@@ -13,12 +13,10 @@ Each cycle takes every op waiting (up to ``max_batch``) and:
    process always gets its turn however busy the others are.
 
 While other processes write as busily as this one (a cycle found the state moved, or found their
-writes when it wrote), the next cycles let the write decide on the locked state straight away, as
-every cycle did before the policy ran ahead: deciding ahead would mostly be decided again. After
-``QUIET_CYCLES`` cycles in a row that find nobody else wrote, the cycles decide ahead again. Measured
-with two server processes on one SQLite file, 16 clients placing and releasing in a closed loop
-(``bench_service.py --workers 2``): deciding ahead every time, the moves cost a quarter of the
-placements per second; this way, as many placements as before the policy ran ahead, or more.
+writes when it wrote), the next cycles let the write decide on the locked state straight away:
+deciding ahead would mostly be decided again, and the moves would cost more placements than deciding
+ahead saves. After ``QUIET_CYCLES`` cycles in a row that find nobody else wrote, the cycles decide
+ahead again.
 
 An op of a group (:meth:`Cycle.run_all`, e.g. a batch placement) is written in the same transaction as
 the rest of its group. Each answer is given only after the transaction that stored it has committed,
@@ -30,14 +28,15 @@ is dropped.
 Where the cycles run depends on the store (``on_loop``; default: on the loop when its commits are
 local, as SQLite's are):
 
-* **On the event loop**. The ops asked during one pass of the loop are decided and committed at the
-  start of the next pass, as predictions are batched. No thread hand-offs: with a writer thread, the
-  loop and the writer traded the GIL on every database and numpy call, and placements at 300/s had a
-  p99 of 54-210 ms against 20-41 ms on the loop (``tests/benchmarks/bench_service.py``).
+* **On the event loop** (:mod:`service.loop_batch`). The ops asked during one pass of the loop are
+  decided and committed at the start of the next pass, as predictions are batched. No thread
+  hand-offs: with a writer thread, the loop and the writer traded the GIL on every database and numpy
+  call, which cost more than a local commit on the loop.
 * **In a thread of its own** (PostgreSQL: every statement is a round trip and the commit waits for the
   server's log flush; on the loop, those waits would stall every request). The answers of a cycle
-  reach the event loop in one wake-up. Measured the other way round on PostgreSQL: 340 placements/s
-  with the thread, 219/s on the loop.
+  reach the event loop in one wake-up.
+
+What each choice measured is in ``docs/service.md`` (Performance).
 """
 
 from __future__ import annotations
@@ -51,7 +50,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from placement.snapshot import ClusterSnapshot, apply, release
+from placement import ClusterSnapshot, apply, release
+from service.loop_batch import LoopBatcher, settle
 from service.store import End, Moved, Op, Place, Refused, Result, Store
 
 log = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ class Cycle:
     def __init__(self, store: Store, max_batch: int = 64, on_loop: bool | None = None) -> None:
         self.store, self.max_batch = store, max_batch
         self.on_loop = store.fast_commits if on_loop is None else on_loop
-        self._pending: dict[asyncio.AbstractEventLoop, list[_Item]] = {}
+        self._on_loop: LoopBatcher[list[Op], list[Result]] = LoopBatcher(self._outcomes, take=self._taken)
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
@@ -172,14 +172,10 @@ class Cycle:
 
     async def run_all(self, ops: Sequence[Op]) -> list[Result]:
         """The results of ``ops``, decided in order and written in one transaction."""
+        if self.on_loop:
+            return await self._on_loop.submit(list(ops))
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Result]] = loop.create_future()
-        if self.on_loop:
-            pending = self._pending.setdefault(loop, [])
-            pending.append((list(ops), loop, future))
-            if len(pending) == 1:  # the first of this pass: commit them all at the start of the next
-                loop.call_soon(self._flush, loop)
-            return await future
         if self._thread is None:
             with self._start_lock:
                 if self._thread is None:
@@ -193,29 +189,16 @@ class Cycle:
             self._queue.put(None)
             self._thread.join(timeout=30)
 
-    def _take(self, items: list[_Item]) -> int:
-        """How many of ``items`` the next cycle takes: up to ``max_batch`` ops, at least one group."""
+    def _taken(self, groups: Sequence[Sequence[Op]]) -> int:
+        """How many of ``groups`` the next cycle takes: up to ``max_batch`` ops, at least one group."""
         count = taken = 0
-        while taken < len(items) and (taken == 0 or count + len(items[taken][0]) <= self.max_batch):
-            count += len(items[taken][0])
+        while taken < len(groups) and (taken == 0 or count + len(groups[taken]) <= self.max_batch):
+            count += len(groups[taken])
             taken += 1
         return taken
 
-    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
-        """On ``loop``: one cycle over its waiting ops; any more at the next pass."""
-        pending = self._pending.get(loop, [])
-        taken = self._take(pending)
-        batch, rest = pending[:taken], pending[taken:]
-        if rest:
-            self._pending[loop] = rest
-            loop.call_soon(self._flush, loop)
-        else:
-            self._pending.pop(loop, None)
-        settled: list[tuple[asyncio.AbstractEventLoop, _Settled]] = []
-        self._write([b for b in batch if not b[2].cancelled()], settled)
-        _settle([one for _, one in settled])
-
     def _run(self) -> None:
+        """The cycle thread: one cycle over the ops waiting, the answers sent to each loop in one wake-up."""
         waiting: list[_Item] = []
         while True:
             if not waiting:
@@ -223,54 +206,45 @@ class Cycle:
                 if item is None:  # stop
                     return
                 waiting.append(item)
-            stop = False
-            while True:
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    stop = True
-                    break
-                waiting.append(more)
-            taken = self._take(waiting)
+            stop = self._drain(waiting)
+            taken = self._taken([ops for ops, _, _ in waiting])
             batch, waiting = waiting[:taken], waiting[taken:]
-            settled: list[tuple[asyncio.AbstractEventLoop, _Settled]] = []
-            self._write([b for b in batch if not b[2].cancelled()], settled)
-            by_loop: dict[asyncio.AbstractEventLoop, list[_Settled]] = defaultdict(list)
-            for loop, one in settled:
-                by_loop[loop].append(one)
-            for loop, answers in by_loop.items():
-                with contextlib.suppress(RuntimeError):  # that loop has closed: nobody is waiting
-                    loop.call_soon_threadsafe(_settle, answers)
+            live = [b for b in batch if not b[2].cancelled()]
+            if live:
+                self._answer(live, self._outcomes([ops for ops, _, _ in live]))
             if stop:
                 self._queue.put(None)
 
-    def _write(self, batch: list[_Item], settled: list[tuple[asyncio.AbstractEventLoop, _Settled]]) -> None:
-        if not batch:
-            return
+    def _drain(self, waiting: list[_Item]) -> bool:
+        """Move every op queued now to ``waiting``; whether a stop was queued among them."""
+        while True:
+            try:
+                more = self._queue.get_nowait()
+            except queue.Empty:
+                return False
+            if more is None:
+                return True
+            waiting.append(more)
+
+    @staticmethod
+    def _answer(batch: list[_Item], outcomes: list[Outcome]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Settled]] = defaultdict(list)
+        for (_, loop, future), outcome in zip(batch, outcomes, strict=True):
+            by_loop[loop].append((future, outcome))
+        for loop, answers in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # that loop has closed: nobody is waiting
+                loop.call_soon_threadsafe(settle, answers)
+
+    def _outcomes(self, groups: list[list[Op]]) -> list[Outcome]:
+        """One cycle over ``groups``; if its transaction fails, one cycle per group."""
         self.batches += 1
-        self.ops += sum(len(ops) for ops, _, _ in batch)
+        self.ops += sum(len(ops) for ops in groups)
         try:
-            turn = cycle(self.store, [ops for ops, _, _ in batch], ahead=self.quiet >= QUIET_CYCLES)
+            turn = cycle(self.store, groups, ahead=self.quiet >= QUIET_CYCLES)
         except Exception as exc:
-            if len(batch) == 1:
-                settled.append((batch[0][1], (batch[0][2], exc)))
-                return
+            if len(groups) == 1:
+                return [exc]
             log.warning("a cycle's transaction failed; writing its groups one by one", extra={"error": str(exc)})
-            for one in batch:
-                self._write([one], settled)
-            return
+            return [outcome for group in groups for outcome in self._outcomes([group])]
         self.moves, self.quiet = self.moves + turn.moves, 0 if turn.crowded else self.quiet + 1
-        for (_, loop, future), outcome in zip(batch, turn.outcomes, strict=True):
-            settled.append((loop, (future, outcome)))
-
-
-def _settle(answers: list[_Settled]) -> None:
-    for future, outcome in answers:
-        if future.done():  # its request has gone
-            continue
-        if isinstance(outcome, BaseException):
-            future.set_exception(outcome)
-        else:
-            future.set_result(outcome)
+        return turn.outcomes

@@ -33,6 +33,7 @@ from rich.table import Table
 
 from service.cli_cluster import cluster_table
 from service.console import make_console
+from service.settings import Settings
 from service.workdir import home, mlflow_uri, tables_dir
 from training.describe import human_duration, summarise
 from training.sources import SOURCES
@@ -204,7 +205,7 @@ class Summary:
 def replay(url: str, arrivals: list[Arrival]) -> Summary:
     """Place ``arrivals`` through ``url`` in trace time: completions (each job's real duration after it
     starts) free capacity for waiting jobs, which are tried again in arrival order."""
-    headers = {"X-API-Key": os.environ.get(API_KEY_ENV, "").split(",")[0].strip()}
+    headers = {"X-API-Key": next(iter(Settings().accepted_keys()), "")}
     summary = Summary(jobs=len(arrivals))
     running: list[tuple[float, str, float]] = []  # (end time, job id, duration)
     waiting: deque[Arrival] = deque()

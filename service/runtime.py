@@ -12,8 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from placement.online import PlacementConfig
-from placement.policies import OnlinePolicy, online_policy
+from placement import OnlinePolicy, PlacementConfig, online_policy
 from service.cycle import Cycle
 from service.estimator import EstimatorHolder
 from service.settings import Settings
@@ -46,10 +45,10 @@ class PredictionCache(Collector):
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily("gpuplace_prediction_cache_rows", "estimator rows by where the answer came from",
                                      labels=["version", "result"])
-        if (found := self.estimator.cache_stats()) is not None:
-            version, stats = found
-            family.add_metric([version, "hit"], stats["hits"])
-            family.add_metric([version, "miss"], stats["misses"])
+        if (found := self.estimator.cache_counts()) is not None:
+            version, counts = found
+            family.add_metric([version, "hit"], counts.hits)
+            family.add_metric([version, "miss"], counts.misses)
         yield family
 
 

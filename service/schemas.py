@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from placement.demand import Job, Role, Task
+from models.estimate import NeedsAnswer, RecordValue
+from placement import Job, Role, Task
 from training.needs.estimator import curve_of
 from training.needs.vocabulary import validate as validate_hyperparams
 
@@ -69,35 +70,40 @@ class JobIn(BaseModel):
 
     @field_validator("hyperparams", mode="before")
     @classmethod
-    def _vocabulary(cls, value: Any) -> Any:
+    def _vocabulary(cls, value: object) -> object:
         if isinstance(value, dict):
             return validate_hyperparams(value)
         return value
 
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> list[dict[str, RecordValue]]:
         """One estimator record per task (canonical job fields)."""
-        base = {"job_id": self.job_id, "user": self.user, "group": self.group, "workload": self.workload,
-                "app": self.app, "qos": self.qos,
-                "hyperparams": json.dumps(self.hyperparams) if self.hyperparams else None}
+        base: dict[str, RecordValue] = {
+            "job_id": self.job_id, "user": self.user, "group": self.group, "workload": self.workload,
+            "app": self.app, "qos": self.qos, "hyperparams": json.dumps(self.hyperparams) if self.hyperparams else None}
         return [{**base, "task_id": str(i), "role": t.role.value, "instances": t.instances, "req_gpu": t.gpu,
                  "req_cpu_cores": t.cpu_cores, "req_mem_gib": t.mem_gib, "req_gpu_mem_gib": t.gpu_mem_gib,
                  "req_net_gbps": t.bandwidth_gbps, "req_gpu_type": "|".join(t.gpu_types) or None}
                 for i, t in enumerate(self.tasks)]
 
-    def to_job(self, duration_s: float = math.nan, needs: Sequence[Mapping[str, Any] | None] = ()) -> Job:
+    def to_job(self, duration_s: float = math.nan, needs: Sequence[NeedsAnswer | None] = ()) -> Job:
         """The job to place. ``needs``: per task, what its stated hyperparameters answer
         (``training.needs``): a task on a share of a GPU that states no GPU memory is packed by its
         predicted P90 peak, and the job is charged its predicted iteration-time curve for spread."""
         tasks = []
         for i, t in enumerate(self.tasks):
             task = t.to_task()
-            answer = needs[i] if i < len(needs) else None
-            p90 = (answer or {}).get("gpu_mem_peak_gib", {}).get("p90")
+            p90 = _peak_gpu_mem_p90_gib(needs[i] if i < len(needs) else None)
             if task.shares_gpu and t.gpu_mem_gib is None and p90 is not None:
-                task = replace(task, gpu_mem_gib=float(p90))
+                task = replace(task, gpu_mem_gib=p90)
             tasks.append(task)
         curve = next((c for c in map(curve_of, needs) if c is not None), None)
         return Job(self.job_id, tuple(tasks), duration_s, sync_curve=curve)
+
+
+def _peak_gpu_mem_p90_gib(answer: NeedsAnswer | None) -> float | None:
+    peak = (answer or {}).get("gpu_mem_peak_gib")
+    p90 = peak.get("p90") if isinstance(peak, dict) else None
+    return float(p90) if isinstance(p90, int | float) else None
 
 
 class PlaceIn(JobIn):

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from service.workdir import home, mlflow_uri
-
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUPLACE_", env_file=".env", extra="ignore")
 
+    home: Path = Field(Path(".gpuplace"), description="working folder: tables, and by default the state "
+                                                      "database and the MLflow store")
     database_url: str = Field("", description="SQLAlchemy URL of the state database; default a SQLite file "
                                               "state.db in GPUPLACE_HOME. PostgreSQL: postgresql+psycopg://...")
     mlflow_uri: str = Field("", description="MLflow tracking/registry URI; default the SQLite store in GPUPLACE_HOME")
@@ -46,11 +47,11 @@ class Settings(BaseSettings):
     def resolved_database_url(self) -> str:
         if self.database_url:
             return self.database_url
-        home().mkdir(parents=True, exist_ok=True)
-        return f"sqlite:///{(home() / 'state.db').resolve()}"
+        self.home.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{(self.home / 'state.db').resolve()}"
 
     def resolved_mlflow_uri(self) -> str:
-        return self.mlflow_uri or mlflow_uri()
+        return self.mlflow_uri or f"sqlite:///{(self.home / 'mlflow.db').resolve()}"
 
     def accepted_keys(self) -> list[str]:
         return [k.strip() for k in self.api_keys.split(",") if k.strip()]

@@ -1,20 +1,21 @@
-"""Where gpuplace keeps its working files: ``$GPUPLACE_HOME``, by default ``./.gpuplace``."""
+"""Where gpuplace keeps its working files: ``GPUPLACE_HOME`` (:class:`service.settings.Settings`), by
+default ``./.gpuplace``."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from service.settings import Settings
 
 
 def home() -> Path:
-    """The working folder (tables, and later the MLflow store and the state database)."""
-    return Path(os.environ.get("GPUPLACE_HOME", ".gpuplace"))
+    """The working folder (tables, the MLflow store and the state database)."""
+    return Settings().home
 
 
 def mlflow_uri() -> str:
-    """MLflow tracking and registry store: ``$GPUPLACE_MLFLOW_URI``, else a SQLite file in :func:`home`."""
-    configured = os.environ.get("GPUPLACE_MLFLOW_URI")
-    return configured or f"sqlite:///{(home() / 'mlflow.db').resolve()}"
+    """MLflow tracking and registry store: ``GPUPLACE_MLFLOW_URI``, else a SQLite file in :func:`home`."""
+    return Settings().resolved_mlflow_uri()
 
 
 def tables_dir() -> Path:

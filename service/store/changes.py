@@ -8,8 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from placement.feasibility import violations
-from placement.snapshot import Allocation, ClusterSnapshot, apply, at_generation, release
+from placement import Allocation, ClusterSnapshot, apply, at_generation, release, violations
 from service.codec import OrphanedAllocation, cluster_to_json
 from service.store.codec import allocation_of, completion_row, end_row, job_of, placed_row
 from service.store.ops import End, Ended, Op, Place, Placed, Reason, Refused, Replace, Replaced, Result

@@ -8,10 +8,7 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from placement.cluster import Cluster
-from placement.decision import Decision
-from placement.demand import Job
-from placement.snapshot import Allocation
+from placement import Allocation, Cluster, Decision, Job
 from service.codec import Json, allocation_from_json, allocation_to_json, job_from_json, job_to_json
 from service.store.schema import RUNNING
 

@@ -9,8 +9,7 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any, overload
 
-from placement.cluster import Cluster
-from placement.snapshot import ClusterSnapshot
+from placement import Cluster, ClusterSnapshot
 from service.store.changes import Changes, RunningRow
 from service.store.codec import JobRow, job_row
 from service.store.ops import Moved, Op, Place, Written

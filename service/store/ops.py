@@ -13,11 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, overload
 
-from placement.cluster import Cluster
-from placement.decision import Decision
-from placement.demand import Job
-from placement.policies import OnlinePolicy
-from placement.snapshot import ClusterSnapshot
+from placement import Cluster, ClusterSnapshot, Decision, Job, OnlinePolicy
 from service.store.codec import JobRow, Json
 from service.store.schema import COMPLETED, RELEASED
 

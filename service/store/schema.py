@@ -33,9 +33,9 @@ cluster_state = sa.Table(
     sa.Column("updated_at", sa.Float, nullable=False),
     sa.Column("cluster_generation", sa.BigInteger, nullable=False, server_default=sa.text("0")),
 )
-# The spec has a row of its own: to change one column SQLite rebuilds the whole record, and the PAI
-# cluster's spec is 325 kB. A loop of generation updates took 0.6 ms a transaction with the spec in the
-# same row, against 0.05 ms without; and a commit that reads the generation no longer walks the spec.
+# The spec has a row of its own: to change one column SQLite rebuilds the whole record, and a large
+# cluster's spec is hundreds of kB, so every move of the generation would rewrite it; and a commit that
+# reads the generation no longer walks the spec.
 cluster_spec = sa.Table(
     "cluster_spec", metadata,
     sa.Column("id", sa.Integer, primary_key=True),

@@ -57,9 +57,8 @@ class WalCheckpoints:
 
     SQLite's default is that the commit that takes the log past 1,000 pages checkpoints it, with two
     fsyncs, in the committing thread, which for the service is its event loop, and every request
-    waits. Measured over 10,000 group commits of place and release through the app in process: the
-    slowest 0.1% took 13.6-14.3 ms that way, 2.2 ms with this thread, at the same mean (0.76 ms).
-    The driver releases the GIL while it checkpoints, so the loop goes on serving."""
+    waits: the slowest commits were those (``docs/service.md``, Performance). The driver releases the
+    GIL while it checkpoints, so the loop goes on serving."""
 
     def __init__(self, engine: Engine, every_s: float = CHECKPOINT_EVERY_S) -> None:
         database = sqlite_file(engine)
@@ -107,7 +106,7 @@ class WalCheckpoints:
 class WritersQueue:
     """Writers of one SQLite file queue on an advisory file lock (``<database>-writers.lock``) before
     they begin: SQLite's own busy handler makes a writer that finds the database locked sleep and retry
-    (1, 2, 5, 10 ms and longer), which turned two service processes into half the throughput of one.
+    (1, 2, 5, 10 ms and longer), so that two service processes served less than one.
     The kernel wakes the next one the moment the lock is free."""
 
     def __init__(self, engine: Engine) -> None:

@@ -14,11 +14,9 @@ back the state to decide on again (:class:`~service.store.ops.Moved`). A write i
 after its transaction commits.
 
 The transaction runs on the driver's cursor, with statements compiled once from the tables:
-SQLAlchemy's execution machinery costs more per statement than SQLite takes to run it (one
-transaction that places a job and releases another took 0.64 ms through ``Connection.execute`` and
-0.23 ms through the driver). On an SQLite file it runs on a connection the store keeps for it, with
-no pool checkout, events or transaction objects between (0.19 ms a transaction, the database work
-itself 0.03 ms).
+SQLAlchemy's execution machinery costs more per statement than SQLite takes to run it. On an SQLite
+file it runs on a connection the store keeps for it, with no pool checkout, events or transaction
+objects between, which cost several times the database work itself (figures in ``docs/service.md``).
 """
 
 from __future__ import annotations
@@ -33,9 +31,7 @@ from typing import Any, overload
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from placement.cluster import Cluster
-from placement.cluster_io import load_cluster
-from placement.snapshot import ClusterSnapshot, apply, at_generation, release
+from placement import Cluster, ClusterSnapshot, apply, at_generation, load_cluster, release
 from service.codec import cluster_from_json, cluster_to_json
 from service.settings import Settings
 from service.store.changes import Changes, RunningRow

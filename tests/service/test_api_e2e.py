@@ -42,6 +42,33 @@ def test_health_ready_and_openapi(server: Server) -> None:
         assert path in paths, path
 
 
+def test_openapi_describes_every_answer(server: Server) -> None:
+    spec = httpx.get(f"{server.url}/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+
+    def resolved(schema: dict[str, Any]) -> dict[str, Any]:
+        found: dict[str, Any] = schemas[schema["$ref"].rsplit("/", 1)[-1]] if "$ref" in schema else schema
+        return found
+
+    described = []
+    for path, operations in spec["paths"].items():
+        if path.startswith("/k8s/"):  # kube-scheduler's extender types, checked by the extender's tests
+            continue
+        for method, operation in operations.items():
+            content = operation["responses"]["200"]["content"]
+            if path == "/metrics":  # Prometheus's text format
+                assert content == {"text/plain": {"schema": {"type": "string"}}}
+                continue
+            answer = resolved(content["application/json"]["schema"])
+            assert answer.get("properties"), f"{method.upper()} {path} answers an undescribed object: {answer}"
+            described.append(f"{method.upper()} {path}")
+    assert len(described) >= 12, described
+    task = resolved(resolved(schemas["EstimateOut"]["properties"]["tasks"]["items"]))
+    assert {"sources", "needs"} <= set(task["properties"])
+    assert resolved(task["additionalProperties"]["anyOf"][0])["required"] == ["point", "p50", "p90"]
+    assert "503" in spec["paths"]["/readyz"]["get"]["responses"]
+
+
 def test_mutating_endpoints_need_a_key(server: Server) -> None:
     missing = httpx.post(f"{server.url}/v1/place", json=job("auth-1"))
     assert missing.status_code == 401 and "X-API-Key" in missing.json()["detail"]

@@ -4,18 +4,21 @@ rows; and what a write does with decisions made on a state it does not meet, on 
 from __future__ import annotations
 
 import random
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from placement.cluster import build_cluster
-from placement.snapshot import ClusterSnapshot
+from placement import ClusterSnapshot, Job, Machine, Role, Task, build_cluster, online_policy
 from service.cycle import decide, run_cycle
 from service.store import (
     Completion,
     End,
+    Ended,
     JobRow,
     MemoryStore,
+    Moved,
     Op,
     Place,
     Placed,
@@ -122,3 +125,44 @@ def test_a_write_without_a_generation_decides_every_placement_itself(store: Stor
     written = store.write([Place(job("first", gpu=8.0), PLACE, decision=stale)])
     assert isinstance(written.results[0], Refused) and written.results[0].reason is Reason.DOES_NOT_FIT
     assert set(store.snapshot().allocations) == {"meanwhile"}
+
+
+def _t4_store() -> MemoryStore:
+    machines = [Machine(f"m{i}", "T4", 4, 32, 128) for i in range(6)]  # 24 GPUs in all
+    return MemoryStore(build_cluster("synthetic", machines, rack_size=2))
+
+
+def test_a_decision_made_on_a_stale_snapshot_is_not_written() -> None:
+    s, policy = _t4_store(), online_policy("first-fit")
+    snapshot = s.snapshot()
+    first, second = (Job(n, (Task(Role.WORKER, 1, gpu=4),)) for n in ("a", "b"))
+    one, other = policy(snapshot, first), policy(snapshot, second)  # same snapshot: same machine
+    assert one.allocation is not None and other.allocation is not None
+    assert one.allocation.instances[0].machine == other.allocation.instances[0].machine
+    assert isinstance(s.write([Place(first, policy, decision=one)], decided_on=snapshot.generation), Written)
+    moved = s.write([Place(second, policy, decision=other)], decided_on=snapshot.generation)
+    assert isinstance(moved, Moved) and set(moved.snapshot.allocations) == {"a"}
+    assert set(s.snapshot().allocations) == {"a"}
+
+
+def test_cycles_from_many_threads_never_double_allocate() -> None:
+    # 40 jobs of 1 GPU from 8 threads on 24 GPUs: exactly 24 are placed, the rest refused as full
+    s, policy = _t4_store(), online_policy("liquid")
+    jobs = [Job(f"j{i}", (Task(Role.WORKER, 1, gpu=1, cpu_cores=1),)) for i in range(40)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda j: run_cycle(s, [Place(j, policy)])[0], jobs))
+    placed = {r.decision.job_id for r in results if isinstance(r, Placed)}
+    assert len(placed) == 24 == len(s.snapshot().allocations)
+    assert set(s.snapshot().allocations) == placed
+    assert s.snapshot().gpu_milli_used.max() == 1000 and int(s.snapshot().gpu_milli_used.sum()) == 24_000
+
+
+def test_release_is_idempotent_and_exact() -> None:
+    s = _t4_store()
+    before = s.snapshot()
+    result = run_cycle(s, [Place(Job("a", (Task(Role.WORKER, 2, gpu=0.5, cpu_cores=3),)), online_policy("liquid"))])
+    assert isinstance(result[0], Placed) and result[0].decision.placed
+    assert isinstance(run_cycle(s, [End("a")])[0], Ended)
+    assert isinstance(run_cycle(s, [End("a")])[0], Refused)  # nothing left to end: nothing changes
+    np.testing.assert_array_equal(s.snapshot().gpu_milli_used, before.gpu_milli_used)
+    np.testing.assert_array_equal(s.snapshot().cpu_used, before.cpu_used)

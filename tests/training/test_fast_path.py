@@ -7,10 +7,12 @@ import pandas as pd
 import pytest
 
 from models.calibrated import CalibratedEstimator
+from models.estimate import unit_of
 from training.bundle import JOB_COLUMNS, AnswerCache, EstimatorBundle, TargetModel
 from training.encoder import JobEncoder
 from training.evaluate import time_split
 from training.features import online_features
+from training.serving import BundleEstimator
 from training.sources import get_source
 from training.targets import target_spec
 
@@ -140,3 +142,18 @@ def test_a_record_differing_in_any_field_gets_its_own_answer(fitted: tuple[Estim
         assert cached == fresh, field
         changed += cached != bundle.predict_records([base])
     assert changed >= 1  # some field moves the answer, so a cache that ignored them would be caught
+
+
+def test_the_service_reads_the_bundle_s_answers_as_they_are(fitted: tuple[EstimatorBundle, pd.DataFrame]) -> None:
+    bundle, jobs = fitted
+    records = _records(jobs)[:50]
+    answers = bundle.predict_records(records)
+    estimates = BundleEstimator(bundle).predict(records)
+    assert len(estimates) == len(answers)
+    for answer, estimate in zip(answers, estimates, strict=True):
+        assert estimate.model_version == answer["model_version"] and estimate.sources == answer["sources"]
+        assert estimate.needs == answer.get("needs") and set(estimate.targets) == set(bundle.targets)
+        for target, quantiles in estimate.targets.items():
+            assert quantiles is not None and quantiles.unit == unit_of(target)
+            mean = {} if quantiles.mean is None else {"mean": quantiles.mean}
+            assert {"point": quantiles.point, "p50": quantiles.p50, "p90": quantiles.p90, **mean} == answer[target]

@@ -1,0 +1,222 @@
+"""Response bodies of the REST API (pydantic): what every endpoint answers, as ``/openapi.json`` shows it.
+
+Floats are floats and counts are integers, as the answers carry them; a key a model leaves out of an
+answer (``mean``, ``sources``, ``needs``) is left out of the JSON rather than sent as ``null``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic.json_schema import SkipJsonSchema
+
+from models.estimate import JobEstimate, Quantiles, TaskEstimate
+from placement import Verdict
+
+JobState = Literal["running", "released", "completed", "evicted"]
+
+
+def _left_out(value: object) -> bool:
+    return value is None
+
+
+class _Answer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class QuantilesOut(_Answer):
+    """One estimate in its target's unit (seconds, GPUs, cores, GiB, Gbit/s)."""
+
+    point: float
+    p50: float
+    p90: float
+    mean: float | SkipJsonSchema[None] = Field(None, exclude_if=_left_out,
+                               description="the expected value, where the model gives one; absent otherwise")
+
+    @classmethod
+    def of(cls, quantiles: Quantiles) -> QuantilesOut:
+        if quantiles.mean is None:
+            return cls(point=quantiles.point, p50=quantiles.p50, p90=quantiles.p90)
+        return cls(point=quantiles.point, p50=quantiles.p50, p90=quantiles.p90, mean=quantiles.mean)
+
+
+class TaskEstimateOut(BaseModel):
+    """One task's estimate: per target the model knows (``duration``, ``gpu_request``, ``cpu_request``,
+    ``mem_request``, ``bandwidth_request``, ...) its quantities, or ``null`` where it is unknown."""
+
+    model_config = ConfigDict(extra="allow")
+    __pydantic_extra__: dict[str, QuantilesOut | None] = Field(init=False)
+
+    sources: dict[str, str] | SkipJsonSchema[None] = Field(None, exclude_if=_left_out, description=(
+        "the trace each target was trained on; absent when the heuristic answers"))
+    needs: dict[str, JsonValue] | SkipJsonSchema[None] = Field(None, exclude_if=_left_out, description=(
+        "what the task's stated hyperparameters answer, per need its P50, P90, unit and source "
+        "measurements (docs/needs.md); absent when it states none"))
+
+    @classmethod
+    def of(cls, task: TaskEstimate) -> TaskEstimateOut:
+        targets = {name: None if q is None else QuantilesOut.of(q) for name, q in task.targets.items()}
+        return cls(**targets, sources=None if task.sources is None else dict(task.sources),
+                   needs=None if task.needs is None else dict(task.needs))
+
+
+class EstimateOut(_Answer):
+    """What a job will need: per task and target a point estimate, P50 and P90, and the job's duration
+    (its longest task's, per quantity; ``null`` when unknown), with the model version that answered."""
+
+    job_id: str
+    model_version: str
+    duration_s: QuantilesOut | None
+    tasks: list[TaskEstimateOut]
+
+    @classmethod
+    def of(cls, estimate: JobEstimate) -> EstimateOut:
+        return cls(job_id=estimate.job_id, model_version=estimate.model_version,
+                   duration_s=None if estimate.duration_s is None else QuantilesOut.of(estimate.duration_s),
+                   tasks=[TaskEstimateOut.of(task) for task in estimate.tasks])
+
+
+class InstanceOut(_Answer):
+    """Where one instance runs: the machine by name, its GPUs by index within that machine, and what it
+    holds there in integer units."""
+
+    task: int
+    machine: str
+    gpus: list[int]
+    gpu_milli: int
+    gpu_mem_mib: int
+    cpu_milli: int
+    mem_mib: int
+
+
+class AllocationOut(_Answer):
+    instances: list[InstanceOut]
+
+
+class DecisionOut(_Answer):
+    """A placement decision: its verdict, whether it was stored, where, and why (the score breakdown, or
+    the reasons it does not fit), with the estimate it was decided on."""
+
+    job_id: str
+    verdict: Verdict
+    committed: bool = Field(description="stored: the answer was sent after its transaction committed")
+    policy: str
+    generation: int = Field(description="the state generation the decision was made on")
+    allocation: AllocationOut | None
+    score: dict[str, float]
+    reasons: list[str]
+    estimate: EstimateOut
+
+
+class BatchOut(_Answer):
+    """A batch policy's decisions (in the order of the jobs asked) and its objective terms."""
+
+    policy: str
+    stopped: str = Field(description="why the solver stopped: optimal, bound, time, stall, generations, "
+                                     "complete (a greedy finished) or fallback")
+    solve_s: float
+    jobs_placed: int
+    gpus_placed: float
+    network_cost: float
+    machines_touched: int
+    lower_bound_machines: int | None
+    gap_to_bound: float | None
+    notes: list[str]
+    decisions: list[DecisionOut]
+
+
+class CompletionOut(_Answer):
+    duration_s: float
+    usage: dict[str, float] = Field(description="observed usage per instance, as reported")
+    completed_at: float
+
+
+class JobOut(_Answer):
+    """A job as stored."""
+
+    job_id: str
+    state: JobState
+    policy: str
+    demand: dict[str, JsonValue] = Field(description="the job as placed: its tasks and expected duration")
+    allocation: AllocationOut
+    details: dict[str, JsonValue] = Field(description="what it was placed with: the estimate and the task "
+                                                      "records the estimator saw, the batch or node")
+    placed_generation: int
+    placed_at: float
+    ended_at: float | None
+    completion: CompletionOut | None
+
+
+class ReleasedOut(_Answer):
+    job_id: str
+    released: bool = Field(description="false when the job held nothing (already released or ended)")
+    state: JobState
+
+
+class CompletedOut(_Answer):
+    job_id: str
+    state: Literal["completed"]
+    duration_s: float
+
+
+class HealthOut(_Answer):
+    status: Literal["ok"]
+
+
+class ReadyOut(_Answer):
+    status: Literal["ready", "degraded"] = Field(description="degraded: no registered model answers (the "
+                                                             "heuristic does) or the last reload failed")
+    database: Literal["ok"]
+    generation: int
+    model_version: str
+    model_error: str | None
+    auth: Literal["on", "off"]
+
+
+class NotReadyOut(_Answer):
+    """The database does not answer (status 503)."""
+
+    status: Literal["unavailable"]
+    database: str
+
+
+class MachineOut(_Answer):
+    name: str
+    gpu_type: str
+    gpus: int
+    gpus_allocated: float
+    cpu_cores: float
+    cpu_cores_allocated: float
+    mem_gib: float
+    mem_gib_allocated: float
+    rack: str | None
+
+
+class ClusterOut(_Answer):
+    """The cluster and its allocation, in total and per machine."""
+
+    name: str
+    generation: int
+    machines: int
+    gpus: int
+    gpus_allocated: float
+    running_jobs: int
+    gpu_types: list[str]
+    per_machine: list[MachineOut]
+
+
+class ClusterLoadedOut(_Answer):
+    name: str
+    machines: int
+    gpus: int
+    evicted: list[str] = Field(description="running jobs the new spec could not hold (with force)")
+    generation: int
+
+
+class ModelsOut(_Answer):
+    answering: str = Field(description="the model version answering; heuristic when none is loaded")
+    alias: str
+    degraded: bool
+    last_error: str | None
+    loaded_at: float | None = Field(description="when the answering version was loaded (Unix time, s)")
