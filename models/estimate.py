@@ -15,7 +15,7 @@ from typing import Protocol, TypeAlias
 RecordValue: TypeAlias = str | int | float | bool | None
 JobRecord: TypeAlias = Mapping[str, RecordValue]
 """One task of a submitted job as canonical job fields (``req_gpu``, ``user``, ``hyperparams`` as JSON
-text, ...; ``training.bundle.JOB_COLUMNS``)."""
+text, ...; ``training.pipeline.bundle.JOB_COLUMNS``)."""
 Json: TypeAlias = str | int | float | bool | list["Json"] | dict[str, "Json"] | None
 NeedsAnswer: TypeAlias = Mapping[str, Json]
 """What a task's stated hyperparameters answer (``training.needs``): per need its P50 and P90, unit and
@@ -26,7 +26,7 @@ TARGET_UNITS: Mapping[str, str] = MappingProxyType({
     "gpu_request": "GPUs", "cpu_request": "cores", "mem_request": "GiB", "bandwidth_request": "Gbit/s",
     "gpu": "GPUs", "cpu": "cores", "mem": "GiB", "gpu_mem": "GiB", "bandwidth": "Gbit/s",
 })
-"""The unit of each target's estimates (``training.targets``): ``*_request`` is what a job will ask
+"""The unit of each target's estimates (``training.features.targets``): ``*_request`` is what a job will ask
 for, the bare name what it will use, per instance."""
 
 

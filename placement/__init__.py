@@ -17,54 +17,76 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from placement.batch import BATCH_POLICIES as BATCH_POLICIES
-    from placement.batch import BatchPolicy as BatchPolicy
-    from placement.batch import BatchResult as BatchResult
-    from placement.batch import batch_policy as batch_policy
-    from placement.cluster import CapacityArrays as CapacityArrays
-    from placement.cluster import Cluster as Cluster
-    from placement.cluster import Machine as Machine
-    from placement.cluster import build_cluster as build_cluster
-    from placement.cluster_io import CLUSTERS as CLUSTERS
-    from placement.cluster_io import data_dir as data_dir
-    from placement.cluster_io import load_cluster as load_cluster
-    from placement.decision import Decision as Decision
-    from placement.decision import Verdict as Verdict
-    from placement.demand import Job as Job
-    from placement.demand import Role as Role
-    from placement.demand import Task as Task
-    from placement.errors import ClusterSpecError as ClusterSpecError
-    from placement.errors import InputError as InputError
-    from placement.errors import TopologyError as TopologyError
-    from placement.feasibility import Need as Need
-    from placement.feasibility import need_of as need_of
-    from placement.feasibility import violations as violations
+    from placement.batch.policies import BATCH_POLICIES as BATCH_POLICIES
+    from placement.batch.policies import BatchPolicy as BatchPolicy
+    from placement.batch.policies import BatchResult as BatchResult
+    from placement.batch.policies import batch_policy as batch_policy
     from placement.filters import FILTERS as FILTERS
     from placement.filters.base import Filter as Filter
     from placement.filters.base import Usage as Usage
     from placement.filters.base import usage_of as usage_of
-    from placement.gpu_types import CPU_ONLY as CPU_ONLY
-    from placement.gpu_types import GPU_MEM_GIB as GPU_MEM_GIB
-    from placement.gpu_types import KNOWN_TYPES as KNOWN_TYPES
-    from placement.layout import MIB_PER_GIB as MIB_PER_GIB
-    from placement.layout import MILLI as MILLI
-    from placement.layout import Derived as Derived
-    from placement.layout import Layout as Layout
-    from placement.network import network_cost as network_cost
-    from placement.network import placement_cost as placement_cost
-    from placement.nodes import FilterResult as FilterResult
-    from placement.nodes import filter_nodes as filter_nodes
-    from placement.nodes import place_on as place_on
-    from placement.nodes import score_nodes as score_nodes
-    from placement.online import PlacementConfig as PlacementConfig
-    from placement.online import Step as Step
-    from placement.policies import ONLINE_POLICY_NAMES as ONLINE_POLICY_NAMES
-    from placement.policies import OnlinePolicy as OnlinePolicy
-    from placement.policies import online_policy as online_policy
-    from placement.policies import place as place
-    from placement.scorers import SCORERS as SCORERS
-    from placement.scorers.base import Scorer as Scorer
-    from placement.scorers.base import bounded as bounded
+    from placement.model.cluster import CapacityArrays as CapacityArrays
+    from placement.model.cluster import Cluster as Cluster
+    from placement.model.cluster import Machine as Machine
+    from placement.model.cluster import build_cluster as build_cluster
+    from placement.model.cluster_io import CLUSTERS as CLUSTERS
+    from placement.model.cluster_io import data_dir as data_dir
+    from placement.model.cluster_io import load_cluster as load_cluster
+    from placement.model.decision import Decision as Decision
+    from placement.model.decision import Verdict as Verdict
+    from placement.model.demand import Job as Job
+    from placement.model.demand import Role as Role
+    from placement.model.demand import Task as Task
+    from placement.model.errors import ClusterSpecError as ClusterSpecError
+    from placement.model.errors import InputError as InputError
+    from placement.model.errors import TopologyError as TopologyError
+    from placement.model.feasibility import Need as Need
+    from placement.model.feasibility import need_of as need_of
+    from placement.model.feasibility import violations as violations
+    from placement.model.gpu_types import CPU_ONLY as CPU_ONLY
+    from placement.model.gpu_types import GPU_MEM_GIB as GPU_MEM_GIB
+    from placement.model.gpu_types import KNOWN_TYPES as KNOWN_TYPES
+    from placement.model.layout import MIB_PER_GIB as MIB_PER_GIB
+    from placement.model.layout import MILLI as MILLI
+    from placement.model.layout import Derived as Derived
+    from placement.model.layout import Layout as Layout
+    from placement.model.network import network_cost as network_cost
+    from placement.model.network import placement_cost as placement_cost
+    from placement.model.snapshot import Allocation as Allocation
+    from placement.model.snapshot import ClusterSnapshot as ClusterSnapshot
+    from placement.model.snapshot import InstancePlacement as InstancePlacement
+    from placement.model.snapshot import apply as apply
+    from placement.model.snapshot import at_generation as at_generation
+    from placement.model.snapshot import empty_snapshot as empty_snapshot
+    from placement.model.snapshot import layout_of as layout_of
+    from placement.model.snapshot import release as release
+    from placement.model.speed import NO_PROFILES as NO_PROFILES
+    from placement.model.speed import REFERENCE_SPEED_TYPE as REFERENCE_SPEED_TYPE
+    from placement.model.speed import SpeedModel as SpeedModel
+    from placement.model.speed import Spread as Spread
+    from placement.model.speed import SyncCurve as SyncCurve
+    from placement.model.speed import WorkloadSpeed as WorkloadSpeed
+    from placement.model.topology import DEFAULT_DISTANCE_COST as DEFAULT_DISTANCE_COST
+    from placement.model.topology import DEFAULT_RACK_SIZE as DEFAULT_RACK_SIZE
+    from placement.model.topology import DEFAULT_RACKS_PER_DOMAIN as DEFAULT_RACKS_PER_DOMAIN
+    from placement.model.topology import Topology as Topology
+    from placement.model.topology import default_topology as default_topology
+    from placement.model.topology import dump_topology_yaml as dump_topology_yaml
+    from placement.model.topology import load_topology_yaml as load_topology_yaml
+    from placement.model.topology import parse_topology_yaml as parse_topology_yaml
+    from placement.online.greedy import PlacementConfig as PlacementConfig
+    from placement.online.greedy import Step as Step
+    from placement.online.nodes import FilterResult as FilterResult
+    from placement.online.nodes import filter_nodes as filter_nodes
+    from placement.online.nodes import place_on as place_on
+    from placement.online.nodes import score_nodes as score_nodes
+    from placement.online.policies import ONLINE_POLICY_NAMES as ONLINE_POLICY_NAMES
+    from placement.online.policies import OnlinePolicy as OnlinePolicy
+    from placement.online.policies import online_policy as online_policy
+    from placement.online.policies import place as place
+    from placement.online.scorers import SCORERS as SCORERS
+    from placement.online.scorers.base import Scorer as Scorer
+    from placement.online.scorers.base import bounded as bounded
     from placement.sim.engine import BatchWindow as BatchWindow
     from placement.sim.engine import JobRecord as JobRecord
     from placement.sim.engine import SimResult as SimResult
@@ -77,57 +99,36 @@ if TYPE_CHECKING:
     from placement.sim.runtime import MeasuredRuntime as MeasuredRuntime
     from placement.sim.runtime import Runtime as Runtime
     from placement.sim.runtime import TraceRuntime as TraceRuntime
-    from placement.snapshot import Allocation as Allocation
-    from placement.snapshot import ClusterSnapshot as ClusterSnapshot
-    from placement.snapshot import InstancePlacement as InstancePlacement
-    from placement.snapshot import apply as apply
-    from placement.snapshot import at_generation as at_generation
-    from placement.snapshot import empty_snapshot as empty_snapshot
-    from placement.snapshot import layout_of as layout_of
-    from placement.snapshot import release as release
-    from placement.speed import NO_PROFILES as NO_PROFILES
-    from placement.speed import REFERENCE_SPEED_TYPE as REFERENCE_SPEED_TYPE
-    from placement.speed import SpeedModel as SpeedModel
-    from placement.speed import Spread as Spread
-    from placement.speed import SyncCurve as SyncCurve
-    from placement.speed import WorkloadSpeed as WorkloadSpeed
-    from placement.topology import DEFAULT_DISTANCE_COST as DEFAULT_DISTANCE_COST
-    from placement.topology import DEFAULT_RACK_SIZE as DEFAULT_RACK_SIZE
-    from placement.topology import DEFAULT_RACKS_PER_DOMAIN as DEFAULT_RACKS_PER_DOMAIN
-    from placement.topology import Topology as Topology
-    from placement.topology import default_topology as default_topology
-    from placement.topology import dump_topology_yaml as dump_topology_yaml
-    from placement.topology import load_topology_yaml as load_topology_yaml
-    from placement.topology import parse_topology_yaml as parse_topology_yaml
 
 EXPORTS: dict[str, tuple[str, ...]] = {
-    "placement.batch": ("BATCH_POLICIES", "BatchPolicy", "BatchResult", "batch_policy"),
-    "placement.cluster": ("CapacityArrays", "Cluster", "Machine", "build_cluster"),
-    "placement.cluster_io": ("CLUSTERS", "data_dir", "load_cluster"),
-    "placement.decision": ("Decision", "Verdict"),
-    "placement.demand": ("Job", "Role", "Task"),
-    "placement.errors": ("ClusterSpecError", "InputError", "TopologyError"),
-    "placement.feasibility": ("Need", "need_of", "violations"),
+    "placement.batch.policies": ("BATCH_POLICIES", "BatchPolicy", "BatchResult", "batch_policy"),
+    "placement.model.cluster": ("CapacityArrays", "Cluster", "Machine", "build_cluster"),
+    "placement.model.cluster_io": ("CLUSTERS", "data_dir", "load_cluster"),
+    "placement.model.decision": ("Decision", "Verdict"),
+    "placement.model.demand": ("Job", "Role", "Task"),
+    "placement.model.errors": ("ClusterSpecError", "InputError", "TopologyError"),
+    "placement.model.feasibility": ("Need", "need_of", "violations"),
     "placement.filters": ("FILTERS",),
     "placement.filters.base": ("Filter", "Usage", "usage_of"),
-    "placement.gpu_types": ("CPU_ONLY", "GPU_MEM_GIB", "KNOWN_TYPES"),
-    "placement.layout": ("MIB_PER_GIB", "MILLI", "Derived", "Layout"),
-    "placement.network": ("network_cost", "placement_cost"),
-    "placement.nodes": ("FilterResult", "filter_nodes", "place_on", "score_nodes"),
-    "placement.online": ("PlacementConfig", "Step"),
-    "placement.policies": ("ONLINE_POLICY_NAMES", "OnlinePolicy", "online_policy", "place"),
-    "placement.scorers": ("SCORERS",),
-    "placement.scorers.base": ("Scorer", "bounded"),
+    "placement.model.gpu_types": ("CPU_ONLY", "GPU_MEM_GIB", "KNOWN_TYPES"),
+    "placement.model.layout": ("MIB_PER_GIB", "MILLI", "Derived", "Layout"),
+    "placement.model.network": ("network_cost", "placement_cost"),
+    "placement.online.nodes": ("FilterResult", "filter_nodes", "place_on", "score_nodes"),
+    "placement.online.greedy": ("PlacementConfig", "Step"),
+    "placement.online.policies": ("ONLINE_POLICY_NAMES", "OnlinePolicy", "online_policy", "place"),
+    "placement.online.scorers": ("SCORERS",),
+    "placement.online.scorers.base": ("Scorer", "bounded"),
     "placement.sim.engine": ("BatchWindow", "JobRecord", "SimResult", "simulate"),
     "placement.sim.jobs": ("SimJob", "without_sharing"),
     "placement.sim.metrics": ("summarise",),
     "placement.sim.queues": ("QueuePolicy", "queue_policy"),
     "placement.sim.runtime": ("MeasuredRuntime", "Runtime", "TraceRuntime"),
-    "placement.snapshot": ("Allocation", "ClusterSnapshot", "InstancePlacement", "apply", "at_generation",
-                           "empty_snapshot", "layout_of", "release"),
-    "placement.speed": ("NO_PROFILES", "REFERENCE_SPEED_TYPE", "SpeedModel", "Spread", "SyncCurve", "WorkloadSpeed"),
-    "placement.topology": ("DEFAULT_DISTANCE_COST", "DEFAULT_RACK_SIZE", "DEFAULT_RACKS_PER_DOMAIN", "Topology",
-                           "default_topology", "dump_topology_yaml", "load_topology_yaml", "parse_topology_yaml"),
+    "placement.model.snapshot": ("Allocation", "ClusterSnapshot", "InstancePlacement", "apply", "at_generation",
+                                 "empty_snapshot", "layout_of", "release"),
+    "placement.model.speed": ("NO_PROFILES", "REFERENCE_SPEED_TYPE", "SpeedModel", "Spread", "SyncCurve",
+                              "WorkloadSpeed"),
+    "placement.model.topology": ("DEFAULT_DISTANCE_COST", "DEFAULT_RACK_SIZE", "DEFAULT_RACKS_PER_DOMAIN", "Topology",
+                                 "default_topology", "dump_topology_yaml", "load_topology_yaml", "parse_topology_yaml"),
 }
 """Module -> the public names it defines (the same names as the imports for type checkers above)."""
 

@@ -26,7 +26,7 @@ FALLBACK = RequestHeuristic()
 
 
 class Registry(Protocol):
-    """Where the versions of the model come from (``training.serving.RegisteredEstimators``)."""
+    """Where the versions of the model come from (``training.pipeline.serving.RegisteredEstimators``)."""
 
     def alias_version(self, alias: str) -> str | None: ...
 

@@ -94,7 +94,7 @@ RuntimeDep = Annotated[Runtime, Depends(runtime)]
 
 CLIENT_CERTIFIED = "gpuplace.client_certified"
 """Set in the ASGI scope of a request that came in on the extender's listener, whose TLS handshake
-required a client certificate signed by the configured CA (``service.extender_listener``)."""
+required a client certificate signed by the configured CA (``service.k8s.listener``)."""
 
 
 def _check_key(rt: Runtime, request: Request) -> None:

@@ -1,13 +1,13 @@
 """The filter extension point: what a filter reads (:class:`Usage`) and answers (:class:`Filter`).
 
 A filter is one rule a machine must pass to host one more instance of a demand (a
-:class:`~placement.feasibility.Need`), as in the Kubernetes scheduler framework's Filter plugins. It
+:class:`~placement.model.feasibility.Need`), as in the Kubernetes scheduler framework's Filter plugins. It
 answers for every machine at once (``mask``, numpy), for one machine (``fits_at``, Python scalars, for
 the loops that change one machine at a time) and, for a machine it rules out, why, in words a person
 can act on (``reason``). It also says how many instances the rule lets each machine take: ``room_bound``
 for every machine (an upper bound, cheap: a GPU share's GPU memory is left out) and ``room_at`` for one
 (exact). The usage it reads is a snapshot's (:func:`usage_of`) or a decision's scratch copy
-(``placement.working.WorkingState``): both have the same names.
+(``placement.online.working.WorkingState``): both have the same names.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from placement.layout import BoolArray, IntArray, Layout
+from placement.model.layout import BoolArray, IntArray, Layout
 
 if TYPE_CHECKING:
-    from placement.feasibility import Need
-    from placement.snapshot import ClusterSnapshot
+    from placement.model.feasibility import Need
+    from placement.model.snapshot import ClusterSnapshot
 
 UNBOUNDED = 1 << 30
 """Instances a machine can take by a rule that does not limit them (a count no task reaches)."""
@@ -32,7 +32,7 @@ T = TypeVar("T")
 
 class Usage(Protocol):
     """What is allocated now, per GPU (``gpu_milli``, ``gpu_mem``) and per machine (``cpu``, ``mem``,
-    ``free_whole``: GPUs with neither a share nor memory taken), in the units of ``placement.layout``."""
+    ``free_whole``: GPUs with neither a share nor memory taken), in the units of ``placement.model.layout``."""
 
     @property
     def layout(self) -> Layout: ...
@@ -60,7 +60,7 @@ class Usage(Protocol):
 class SnapshotUsage:
     """A snapshot's usage under the names filters read. A snapshot never changes, so what is worked out
     from it is remembered (:meth:`remember`). ``free_whole`` may be given: the free whole GPUs after
-    instances placed since the snapshot was taken (see ``placement.explain``)."""
+    instances placed since the snapshot was taken (see ``placement.online.explain``)."""
 
     def __init__(self, snapshot: ClusterSnapshot, free_whole: IntArray | None = None) -> None:
         self.snapshot = snapshot

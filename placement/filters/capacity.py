@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from placement.feasibility import Need
 from placement.filters.base import Usage
-from placement.layout import MILLI, IntArray
+from placement.model.feasibility import Need
+from placement.model.layout import MILLI, IntArray
 
 WHOLE_GPUS, GPU_MILLI, GPU_MEM, CPU, MEM = range(5)
 ROWS = 5

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from placement.feasibility import Need
 from placement.filters import FILTERS
 from placement.filters.base import UNBOUNDED, Filter, Usage
-from placement.layout import BoolArray, IntArray
+from placement.model.feasibility import Need
+from placement.model.layout import BoolArray, IntArray
 
 OK = 0
 CODED: tuple[tuple[int, Filter], ...] = tuple(enumerate(FILTERS.values(), 1))

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from placement.feasibility import Need
 from placement.filters.base import Usage, most
-from placement.layout import MILLI, BoolArray, IntArray
+from placement.model.feasibility import Need
+from placement.model.layout import MILLI, BoolArray, IntArray
 
 
 class Cpu:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from placement.feasibility import Need
 from placement.filters.base import UNBOUNDED, Usage, most
-from placement.layout import MIB_PER_GIB, MILLI, BoolArray, IntArray
+from placement.model.feasibility import Need
+from placement.model.layout import MIB_PER_GIB, MILLI, BoolArray, IntArray
 
 FEW_GPUS_PER_MACHINE = 64
 """Up to this many GPUs a machine's GPUs are handled as Python integers (faster than numpy calls);

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from placement.feasibility import Need
 from placement.filters.base import UNBOUNDED, Usage
-from placement.layout import BoolArray, IntArray, Layout
+from placement.model.feasibility import Need
+from placement.model.layout import BoolArray, IntArray, Layout
 
 
 def type_mask_of(layout: Layout, types: frozenset[str]) -> BoolArray:

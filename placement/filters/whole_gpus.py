@@ -6,9 +6,9 @@ takes ``k`` free GPUs of one machine, all their share and memory.
 
 from __future__ import annotations
 
-from placement.feasibility import Need
 from placement.filters.base import Usage, most
-from placement.layout import BoolArray, IntArray
+from placement.model.feasibility import Need
+from placement.model.layout import BoolArray, IntArray
 
 
 class WholeGpus:

@@ -28,19 +28,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from placement.batch import batch_policy
-from placement.cluster import Cluster
-from placement.feasibility import Need, need_of
+from placement.batch.policies import batch_policy
 from placement.filters import FILTERS, GPU_RULES
 from placement.filters.base import SnapshotUsage, usage_of
 from placement.filters.chain import room_bound
-from placement.online import PlacementConfig
-from placement.policies import OnlinePolicy, online_policy
+from placement.model.cluster import Cluster
+from placement.model.feasibility import Need, need_of
+from placement.model.snapshot import MILLI, Allocation, ClusterSnapshot, Layout, apply, release
+from placement.online.greedy import PlacementConfig
+from placement.online.policies import OnlinePolicy, online_policy
 from placement.sim.jobs import SimJob
 from placement.sim.pass_memo import PassMemo, Sizes
 from placement.sim.queues import QueuePolicy, WaitingQueue
 from placement.sim.runtime import Runtime, TraceRuntime
-from placement.snapshot import MILLI, Allocation, ClusterSnapshot, Layout, apply, release
 
 FINISH, ARRIVE, TICK = 0, 1, 2
 Event = tuple[float, int, int, int]

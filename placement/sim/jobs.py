@@ -5,7 +5,7 @@ this package never imports the ML stack: ``estimates`` maps an estimator name (`
 ``model``, ...) to a predicted duration in seconds; NaN where that estimator has nothing to say.
 
 The job's ``workload_class`` and ``reference_gpu_type`` say how its speed depends on its placement
-(``placement.speed``): which measured workload it behaves like, and the GPU type its trace duration was
+(``placement.model.speed``): which measured workload it behaves like, and the GPU type its trace duration was
 measured on. Empty means unknown: the job then runs at its trace speed wherever it is placed.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from placement.demand import Job
+from placement.model.demand import Job
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """How long a started job runs in the replay: its trace duration, or that duration at the speed of the
-placement it got (``placement.speed``).
+placement it got (``placement.model.speed``).
 
 * ``trace``: a job runs for exactly its trace duration wherever it is placed.
 * ``measured``: the trace duration is the job's work at its reference placement (reference seconds).
@@ -24,9 +24,9 @@ from typing import Protocol
 
 import numpy as np
 
+from placement.model.snapshot import MIB_PER_GIB, MILLI, Allocation, Layout
+from placement.model.speed import SpeedModel, Spread
 from placement.sim.jobs import SimJob
-from placement.snapshot import MIB_PER_GIB, MILLI, Allocation, Layout
-from placement.speed import SpeedModel, Spread
 
 
 @dataclass

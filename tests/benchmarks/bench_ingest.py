@@ -25,7 +25,7 @@ from tests.synthetic_pai import write_trace  # noqa: E402
 CHILD = """
 import json, resource, sys, time
 from pathlib import Path
-from training.adapters import pai_full
+from training.ingest.adapters import pai_full
 start = time.perf_counter()
 table = pai_full.load(Path(sys.argv[1]))
 seconds = time.perf_counter() - start

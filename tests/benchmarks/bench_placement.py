@@ -15,7 +15,7 @@ the csv module, in file order. Mapping of one row to a job (one WORKER task):
 Pre-fill: rows from the top, each placed by online ``liquid`` and committed, until at least 70% of
 the cluster's GPU capacity (milli-GPUs) is allocated. Then:
 
-(a) ONLINE: the next 1,000 rows arrive; every policy in ``placement.policies.CHOOSERS`` decides each
+(a) ONLINE: the next 1,000 rows arrive; every policy in ``placement.online.policies.CHOOSERS`` decides each
     on the same pre-filled snapshot, NOT committed (every decision sees the same state, so the
     latencies compare like with like). Prints p50/p99 per policy and liquid p99 / first-fit p99, and,
     as latency grows with a job's instances (every instance scores every machine), the p99 of
@@ -45,11 +45,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from placement.batch import BATCH_POLICIES, batch_policy  # noqa: E402
-from placement.cluster_io import load_cluster  # noqa: E402
-from placement.demand import Job, Role, Task  # noqa: E402
-from placement.policies import CHOOSERS, online_policy  # noqa: E402
-from placement.snapshot import MILLI, ClusterSnapshot, apply  # noqa: E402
+from placement.batch.policies import BATCH_POLICIES, batch_policy  # noqa: E402
+from placement.model.cluster_io import load_cluster  # noqa: E402
+from placement.model.demand import Job, Role, Task  # noqa: E402
+from placement.model.snapshot import MILLI, ClusterSnapshot, apply  # noqa: E402
+from placement.online.policies import CHOOSERS, online_policy  # noqa: E402
 
 JOBS_CSV = REPO / "data" / "pai2020" / "pai_job_duration_estimate_100K_head.csv"
 TYPED = {"T4", "P100", "V100"}
@@ -115,8 +115,8 @@ def batch(snapshot: ClusterSnapshot, jobs: list[Job], limits: list[float]) -> di
 
 
 def measure(arrivals: int, batch_jobs: int, limits: list[float]) -> dict[str, Any]:
-    import placement.cpsat
-    import placement.gga  # noqa: F401
+    import placement.batch.cpsat
+    import placement.batch.gga  # noqa: F401
 
     with open(JOBS_CSV, encoding="utf-8", newline="") as handle:
         rows = list(csv.DictReader(handle))

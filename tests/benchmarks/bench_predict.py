@@ -26,9 +26,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from models.registry import CHALLENGER, ModelRegistry, default_uri  # noqa: E402
-from training.bundle import JOB_COLUMNS  # noqa: E402
-from training.sources import get_source  # noqa: E402
-from training.train import train_and_register  # noqa: E402
+from training.ingest.sources import get_source  # noqa: E402
+from training.pipeline.bundle import JOB_COLUMNS  # noqa: E402
+from training.pipeline.train import train_and_register  # noqa: E402
 
 
 def measure(algo: str, calls: int, batch: int, fast: bool) -> dict[str, float | str]:

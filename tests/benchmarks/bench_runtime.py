@@ -7,7 +7,7 @@ Prints and writes (JSON, PNG):
 3. per cluster (the real PAI cluster; the big node of the PAI trace's simulator) and online placement
    policy: mean JCT, p95 JCT and makespan under the ``trace`` and the ``measured`` runtime, and the
    GPU-hours lost to GPU type, spread and sharing. ``liquid`` uses the measured network term
-   (``placement.spread_cost``); ``liquid-bandwidth`` is Liquid's bandwidth x distance cost (every PAI
+   (``placement.online.spread_cost``); ``liquid-bandwidth`` is Liquid's bandwidth x distance cost (every PAI
    job's bandwidth is unknown, so it sees no network at all);
 4. GPU sharing on against every job on whole GPUs (``measured``, liquid, the PAI cluster).
 
@@ -31,16 +31,16 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from placement.model.speed import SpeedModel  # noqa: E402
 from placement.sim.engine import simulate  # noqa: E402
 from placement.sim.jobs import SimJob, without_sharing  # noqa: E402
 from placement.sim.metrics import summarise  # noqa: E402
 from placement.sim.queues import queue_policy  # noqa: E402
-from placement.speed import SpeedModel  # noqa: E402
 from training.performance.build import fit_speed_model  # noqa: E402
 from training.performance.holdout import holdout, plot_errors, plot_measured_vs_predicted  # noqa: E402
 from training.performance.workload_class import class_mix  # noqa: E402
-from training.sim_plots import jct_by_runtime  # noqa: E402
-from training.simulate import cluster_for, pai_jobs, placement_config, runtime_factory  # noqa: E402
+from training.replay.compare import cluster_for, pai_jobs, placement_config, runtime_factory  # noqa: E402
+from training.replay.plots import jct_by_runtime  # noqa: E402
 
 COLUMNS = ("jct_mean_s", "jct_p95_s", "makespan_s", "gpu_allocation", "fragmentation", "gpu_hours",
            "lost_type_gpu_h", "lost_spread_gpu_h", "lost_share_gpu_h")

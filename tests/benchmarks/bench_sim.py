@@ -21,7 +21,7 @@ sys.path.insert(0, str(REPO))
 from placement.sim.engine import simulate  # noqa: E402
 from placement.sim.metrics import summarise  # noqa: E402
 from placement.sim.queues import queue_policy  # noqa: E402
-from training.simulate import cluster_for, pai_jobs  # noqa: E402
+from training.replay.compare import cluster_for, pai_jobs  # noqa: E402
 
 
 def main() -> None:

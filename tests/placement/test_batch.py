@@ -13,18 +13,18 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 
-from placement.batch import BATCH_POLICIES, BatchResult, batch_policy, network_cost_fast
-from placement.bounds import l1_bound, l2_bound, machines_lower_bound
-from placement.cluster import Cluster, Machine, build_cluster
-from placement.cpsat import place_cpsat
-from placement.decision import Verdict
-from placement.demand import Job, Role, Task
-from placement.feasibility import need_of, violations
-from placement.gga import GgaSettings, place_gga
-from placement.network import placement_cost
-from placement.online import instance_order
-from placement.snapshot import MILLI, Allocation, ClusterSnapshot, InstancePlacement, apply
-from placement.working import WorkingState
+from placement.batch.bounds import l1_bound, l2_bound, machines_lower_bound
+from placement.batch.cpsat import place_cpsat
+from placement.batch.gga import GgaSettings, place_gga
+from placement.batch.policies import BATCH_POLICIES, BatchResult, batch_policy, network_cost_fast
+from placement.model.cluster import Cluster, Machine, build_cluster
+from placement.model.decision import Verdict
+from placement.model.demand import Job, Role, Task
+from placement.model.feasibility import need_of, violations
+from placement.model.network import placement_cost
+from placement.model.snapshot import MILLI, Allocation, ClusterSnapshot, InstancePlacement, apply
+from placement.online.greedy import instance_order
+from placement.online.working import WorkingState
 
 T4, V32 = frozenset({"T4"}), frozenset({"V100M32"})
 

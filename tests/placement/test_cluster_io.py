@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from placement.cluster import Cluster, Machine, build_cluster
-from placement.cluster_io import (
+from placement.model.cluster import Cluster, Machine, build_cluster
+from placement.model.cluster_io import (
     CLUSTERS,
     DATA_DIR_ENV,
     data_dir,
@@ -19,8 +19,8 @@ from placement.cluster_io import (
     load_openb_nodes,
     load_pai_machine_spec,
 )
-from placement.errors import ClusterSpecError
-from placement.topology import default_topology
+from placement.model.errors import ClusterSpecError
+from placement.model.topology import default_topology
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 PAI_SPEC = DATA / "pai2020" / "pai_machine_spec.csv"

@@ -9,16 +9,16 @@ from types import MappingProxyType
 
 import numpy as np
 
-from placement.cluster import Cluster, Machine, build_cluster
-from placement.decision import Verdict
-from placement.demand import Job, Role, Task
 from placement.filters.gpu_type import type_mask_of
-from placement.layout import Table
-from placement.online import PlacementConfig, machine_scarcity, machine_tiers
-from placement.policies import online_policy
-from placement.snapshot import ClusterSnapshot, apply, empty_snapshot, layout_of
-from placement.speed import SpeedModel, WorkloadSpeed
-from placement.type_cost import type_cost
+from placement.model.cluster import Cluster, Machine, build_cluster
+from placement.model.decision import Verdict
+from placement.model.demand import Job, Role, Task
+from placement.model.layout import Table
+from placement.model.snapshot import ClusterSnapshot, apply, empty_snapshot, layout_of
+from placement.model.speed import SpeedModel, WorkloadSpeed
+from placement.online.greedy import PlacementConfig, machine_scarcity, machine_tiers
+from placement.online.policies import online_policy
+from placement.online.type_cost import type_cost
 from tests.placement.test_runtime import CURVE, MODEL
 
 

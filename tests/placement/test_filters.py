@@ -12,16 +12,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from placement import FILTERS, Verdict, filter_nodes, place_on, usage_of
-from placement.cluster import Cluster, Machine, build_cluster
-from placement.demand import Job, Role, Task
-from placement.feasibility import Need, need_of, violations
 from placement.filters import filter_named
 from placement.filters.base import Usage
 from placement.filters.capacity import ROWS, spare_rows, use_of
 from placement.filters.chain import OK, chain_for
-from placement.policies import online_policy
-from placement.snapshot import ClusterSnapshot, apply
-from placement.working import WorkingState
+from placement.model.cluster import Cluster, Machine, build_cluster
+from placement.model.demand import Job, Role, Task
+from placement.model.feasibility import Need, need_of, violations
+from placement.model.snapshot import ClusterSnapshot, apply
+from placement.online.policies import online_policy
+from placement.online.working import WorkingState
 from tests.placement.test_properties import clusters, jobs
 
 V32 = frozenset({"V100M32"})

@@ -8,12 +8,12 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from placement.batch import plan_cost
-from placement.cluster import Cluster
-from placement.demand import Job, Role
-from placement.network import NetworkTally, network_cost
-from placement.online import instance_order
-from placement.topology import DEFAULT_DISTANCE_COST
+from placement.batch.policies import plan_cost
+from placement.model.cluster import Cluster
+from placement.model.demand import Job, Role
+from placement.model.network import NetworkTally, network_cost
+from placement.model.topology import DEFAULT_DISTANCE_COST
+from placement.online.greedy import instance_order
 from tests.placement.test_properties import clusters, jobs
 
 COSTS = st.sampled_from([DEFAULT_DISTANCE_COST, (0.5, 2.0, 3.0, 7.0)])
@@ -25,7 +25,7 @@ def _level(cluster: Cluster, a: int, b: int) -> int:
 
 
 def _by_definition(cluster: Cluster, job: Job, placed: list[tuple[int, int]], cost: tuple[float, ...]) -> float:
-    """The module docstring of ``placement.network``, written out: parameter-server jobs pay every
+    """The module docstring of ``placement.model.network``, written out: parameter-server jobs pay every
     (ps, worker) pair; all-reduce instances pay for the nearest instance placed before them."""
     tasks = job.tasks
     n_ps = sum(t.instances for t in tasks if t.role is Role.PS)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from placement.cluster import Cluster, Machine, build_cluster
-from placement.decision import Verdict
-from placement.demand import Job, Role, Task
-from placement.feasibility import violations
-from placement.policies import CHOOSERS, online_policy
-from placement.snapshot import ClusterSnapshot, apply
+from placement.model.cluster import Cluster, Machine, build_cluster
+from placement.model.decision import Verdict
+from placement.model.demand import Job, Role, Task
+from placement.model.feasibility import violations
+from placement.model.snapshot import ClusterSnapshot, apply
+from placement.online.policies import CHOOSERS, online_policy
 
 
 def cluster() -> Cluster:

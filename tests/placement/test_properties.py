@@ -9,10 +9,10 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from placement.cluster import Cluster, Machine, build_cluster
-from placement.demand import Job, Role, Task
-from placement.policies import CHOOSERS, online_policy
-from placement.snapshot import MIB_PER_GIB, MILLI, ClusterSnapshot, apply, release
+from placement.model.cluster import Cluster, Machine, build_cluster
+from placement.model.demand import Job, Role, Task
+from placement.model.snapshot import MIB_PER_GIB, MILLI, ClusterSnapshot, apply, release
+from placement.online.policies import CHOOSERS, online_policy
 
 TYPES = {"T4": 16.0, "V100M32": 32.0, "MISC": 8.0}
 

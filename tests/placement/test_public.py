@@ -44,8 +44,8 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 
 
 def test_importing_a_light_part_does_not_load_the_policies() -> None:
-    code = ("import sys, placement, placement.errors, placement.gpu_types; "
-            "print(any(m in sys.modules for m in ('placement.policies', 'placement.online', 'numpy')))")
+    code = ("import sys, placement, placement.model.errors, placement.model.gpu_types; "
+            "print(any(m in sys.modules for m in ('placement.online.policies', 'placement.online.greedy', 'numpy')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(placement.__file__).resolve().parents[1])
     assert out.stdout.strip() == "False"

@@ -7,13 +7,13 @@ from types import MappingProxyType
 
 import pytest
 
-from placement.cluster import Cluster, Machine, build_cluster
-from placement.demand import Job, Role, Task
+from placement.model.cluster import Cluster, Machine, build_cluster
+from placement.model.demand import Job, Role, Task
+from placement.model.speed import SpeedModel, Spread, SyncCurve, WorkloadSpeed
 from placement.sim.engine import SimResult, simulate
 from placement.sim.jobs import SimJob
 from placement.sim.queues import queue_policy
 from placement.sim.runtime import MeasuredRuntime
-from placement.speed import SpeedModel, Spread, SyncCurve, WorkloadSpeed
 
 # class "a": P100 at half the speed of V100; a step is 1 s of compute, plus 1 s of sync across machines
 # (none on one machine); beside another "a" on one GPU a job keeps 50% of its speed, beside "b" 80%.
@@ -118,9 +118,9 @@ def test_liquid_with_the_speed_model_keeps_a_job_whole_where_plain_liquid_spread
     # class "a" with no bandwidth figure: plain Liquid packs onto the busy m0, then m1 (network term 0);
     # with the speed model, a start on m0 or m1 would force a second machine (1 s compute + 1 s sync:
     # 3,600 s lost per hour) and m2 holds both replicas, so the job stays whole on m2.
-    from placement.online import PlacementConfig
-    from placement.policies import online_policy
-    from placement.snapshot import ClusterSnapshot, apply
+    from placement.model.snapshot import ClusterSnapshot, apply
+    from placement.online.greedy import PlacementConfig
+    from placement.online.policies import online_policy
 
     cluster = build_cluster("three", [Machine(f"m{k}", "V100", 2, 8, 64) for k in range(3)])
     snapshot = ClusterSnapshot.empty(cluster)
@@ -141,10 +141,10 @@ def test_liquid_with_the_speed_model_puts_a_known_job_on_its_fastest_type() -> N
     # ask for it by type and sends an untyped job to the P100; with the speed model the class-"a" job
     # would lose 3,600 s per hour of work on the P100 (half speed) and 0 on the V100, so it takes the
     # V100. A job of no profiled class still keeps to the tier rule.
-    from placement.online import PlacementConfig
-    from placement.policies import online_policy
-    from placement.snapshot import ClusterSnapshot
-    from placement.type_cost import type_cost
+    from placement.model.snapshot import ClusterSnapshot
+    from placement.online.greedy import PlacementConfig
+    from placement.online.policies import online_policy
+    from placement.online.type_cost import type_cost
 
     cluster = build_cluster("two", [Machine("slow", "P100", 2, 8, 64), Machine("fast", "V100", 2, 8, 64)])
     snapshot = ClusterSnapshot.empty(cluster)

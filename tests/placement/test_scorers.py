@@ -9,16 +9,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from placement import SCORERS, bounded, filter_nodes, score_nodes
-from placement.cluster import Cluster
-from placement.demand import Job, Role, Task
-from placement.feasibility import need_of
-from placement.network import NetworkTally
-from placement.online import PlacementConfig, Step, instance_order
-from placement.policies import CHOOSERS, EPSILON, POLICIES, TIER_WEIGHT, online_policy
-from placement.scorers import scorer_named
-from placement.scorers.base import score
-from placement.snapshot import ClusterSnapshot
-from placement.working import WorkingState
+from placement.model.cluster import Cluster
+from placement.model.demand import Job, Role, Task
+from placement.model.feasibility import need_of
+from placement.model.network import NetworkTally
+from placement.model.snapshot import ClusterSnapshot
+from placement.online.greedy import PlacementConfig, Step, instance_order
+from placement.online.policies import CHOOSERS, EPSILON, POLICIES, TIER_WEIGHT, online_policy
+from placement.online.scorers import scorer_named
+from placement.online.scorers.base import score
+from placement.online.working import WorkingState
 from tests.placement.test_filters import busy, worker
 from tests.placement.test_properties import clusters, jobs
 from tests.placement.test_runtime import CURVE, MODEL

@@ -6,8 +6,8 @@ from types import MappingProxyType
 
 import pytest
 
-from placement.cluster import Machine, build_cluster
-from placement.demand import Job, Role, Task
+from placement.model.cluster import Machine, build_cluster
+from placement.model.demand import Job, Role, Task
 from placement.sim.engine import BatchWindow, simulate
 from placement.sim.jobs import SimJob
 from placement.sim.metrics import summarise

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placement.errors import TopologyError
-from placement.topology import (
+from placement.model.errors import TopologyError
+from placement.model.topology import (
     DEFAULT_DISTANCE_COST,
     Topology,
     default_topology,
@@ -267,7 +267,7 @@ def test_round_trip(topology: Topology, tmp_path: Path) -> None:
 
 
 def test_round_trip_of_the_real_pai_cluster() -> None:
-    from placement.cluster_io import load_cluster
+    from placement.model.cluster_io import load_cluster
 
     cluster = load_cluster("pai")
     assert (len(cluster.topology.racks), len(cluster.topology.domains)) == (122, 16)

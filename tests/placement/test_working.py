@@ -9,11 +9,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import placement.filters.gpu_share as gpu_share_module
-from placement.cluster import Cluster
-from placement.demand import Job
-from placement.feasibility import need_of
-from placement.snapshot import ClusterSnapshot, allocated_share
-from placement.working import WorkingState
+from placement.model.cluster import Cluster
+from placement.model.demand import Job
+from placement.model.feasibility import need_of
+from placement.model.snapshot import ClusterSnapshot, allocated_share
+from placement.online.working import WorkingState
 from tests.placement.test_properties import clusters, jobs
 
 

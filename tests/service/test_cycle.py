@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from placement.decision import Decision
-from placement.demand import Job
-from placement.snapshot import ClusterSnapshot
+from placement.model.decision import Decision
+from placement.model.demand import Job
+from placement.model.snapshot import ClusterSnapshot
 from service.cycle import MAX_MOVES, QUIET_CYCLES, Cycle, cycle
 from service.store import RUNNING, End, Ended, MemoryStore, Op, Place, Placed, Reason, Refused, Result, Written
 from tests.service.test_store import CLUSTER, PLACE, _check, job, store_at

@@ -20,7 +20,7 @@ import httpx
 import pytest
 import trustme
 
-from service.k8s_pod import PodError, job_of_pod, quantity
+from service.k8s.pod import PodError, job_of_pod, quantity
 from tests.service.conftest import API_KEY, REPO, Server, free_port, server_env
 
 KEY = {"X-API-Key": API_KEY}

@@ -17,7 +17,7 @@ import pytest
 
 from models.registry import CHALLENGER, CHAMPION, ModelRegistry, default_uri
 from tests.service.conftest import API_KEY, REPO, Askers, Server, cache_rows, server_env
-from training.train import train_and_register
+from training.pipeline.train import train_and_register
 
 WEAK = {"n_estimators": 1, "num_leaves": 2, "min_child_samples": 500}
 KEY = {"X-API-Key": API_KEY}

@@ -13,8 +13,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from placement.cluster import build_cluster
-from placement.snapshot import ClusterSnapshot
+from placement.model.cluster import build_cluster
+from placement.model.snapshot import ClusterSnapshot
 from service.codec import cluster_to_json
 from service.cycle import run_cycle
 from service.store import Replace

@@ -16,7 +16,7 @@ import pytest
 
 from models.registry import CHAMPION, ModelRegistry, default_uri
 from tests.service.conftest import API_KEY, REPO, Server, server_env
-from training.train import train_and_register
+from training.pipeline.train import train_and_register
 
 SMALL = {"n_estimators": 30, "num_leaves": 15}
 KEY = {"X-API-Key": API_KEY}

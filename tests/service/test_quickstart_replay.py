@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.quickstart import API_KEY_ENV, Arrival, replay
+from service.cli.quickstart import API_KEY_ENV, Arrival, replay
 from tests.service.conftest import API_KEY, Server, server_env
 
 TINY = {"name": "tiny-synthetic", "machines": [{"name": "m1", "gpu_type": "V100", "gpus": 2, "cpu_cores": 32,

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from placement.cluster import Cluster, Machine, build_cluster
-from placement.demand import Job, Role, Task
-from placement.policies import online_policy
-from placement.snapshot import MILLI, ClusterSnapshot
+from placement.model.cluster import Cluster, Machine, build_cluster
+from placement.model.demand import Job, Role, Task
+from placement.model.snapshot import MILLI, ClusterSnapshot
+from placement.online.policies import online_policy
 from service.cycle import run_cycle
 from service.store import (
     COMPLETED,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from training.adapters import dlrm, openb, pai_jobs, philly
-from training.errors import DataError
+from training.ingest.adapters import dlrm, openb, pai_jobs, philly
+from training.ingest.errors import DataError
 
 PAI_HEAD = ("job_id,user,num_gpu,num_cpu,num_pod,duration,job_name,submit_time,group,gpu_type,wait_time,"
             "user_dur,group_dur,group_gpu_dur")

@@ -8,13 +8,13 @@ import pytest
 
 from models.calibrated import CalibratedEstimator
 from models.estimate import unit_of
-from training.bundle import JOB_COLUMNS, AnswerCache, EstimatorBundle, TargetModel
-from training.encoder import JobEncoder
-from training.evaluate import time_split
-from training.features import online_features
-from training.serving import BundleEstimator
-from training.sources import get_source
-from training.targets import target_spec
+from training.features.encoder import JobEncoder
+from training.features.frames import online_features
+from training.features.targets import target_spec
+from training.ingest.sources import get_source
+from training.pipeline.bundle import JOB_COLUMNS, AnswerCache, EstimatorBundle, TargetModel
+from training.pipeline.evaluate import time_split
+from training.pipeline.serving import BundleEstimator
 
 
 @pytest.fixture(scope="module", params=[("pai2020-jobs", "duration"), ("dlrm2025", "bandwidth_request"),
@@ -59,7 +59,7 @@ def test_records_and_frames_get_the_same_answers(fitted: tuple[EstimatorBundle, 
 
 
 def bundle_jobs(jobs: pd.DataFrame) -> pd.DataFrame:
-    from training.bundle import job_table
+    from training.pipeline.bundle import job_table
 
     return job_table(jobs)
 

@@ -9,10 +9,10 @@ from typing import Any, get_args
 import pandas as pd
 import pytest
 
-from service.schemas import UsageKey
-from training.drift import drift_report, pairs
-from training.feedback import USAGE_COLUMNS, completed_jobs, digest, feedback_table, with_feedback
-from training.schema import empty_table
+from service.http.schemas import UsageKey
+from training.ingest.schema import empty_table
+from training.pipeline.drift import drift_report, pairs
+from training.pipeline.feedback import USAGE_COLUMNS, completed_jobs, digest, feedback_table, with_feedback
 
 RECORD = {"job_id": "j1", "user": "alice", "group": "g7", "workload": "bert", "app": None, "qos": None,
           "hyperparams": None, "task_id": "0", "role": "worker", "instances": 2, "req_gpu": 1.0,

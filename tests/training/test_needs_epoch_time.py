@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from placement.gpu_types import GPU_MEM_GIB
+from placement.model.gpu_types import GPU_MEM_GIB
 from training.needs.epoch_time import (
     BASELINE,
     CHECK_BATCH,

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from placement.cluster_io import data_dir
-from training.errors import DataError
+from placement.model.cluster_io import data_dir
+from training.ingest.errors import DataError
 from training.needs.gpumemnet import COLUMNS, FILES, load_gpumemnet
 from training.needs.memory import (
     BASELINE,

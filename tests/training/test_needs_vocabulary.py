@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from placement.speed import SyncCurve
-from service.schemas import JobIn
-from training.bundle import EstimatorBundle
+from placement.model.speed import SyncCurve
+from service.http.schemas import JobIn
 from training.needs.estimator import NeedsEstimator, curve_of, shipped_needs
 from training.needs.vocabulary import HyperparameterError, markdown_table, validate
+from training.pipeline.bundle import EstimatorBundle
 
 REPO = Path(__file__).resolve().parents[2]
 MLP = {"model_family": "mlp", "parameters": 3_000_000, "activations": 7_000, "layers": 3, "batch_size": 256,

@@ -7,8 +7,8 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from training.activity import activity_features
-from training.history import causal_history
+from training.features.activity import activity_features
+from training.features.history import causal_history
 
 KEYS = {"user": ("user",), "group_user": ("group", "user")}
 

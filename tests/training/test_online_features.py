@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from training.features import build_features, online_features
-from training.sources import get_source
-from training.targets import target_spec
+from training.features.frames import build_features, online_features
+from training.features.targets import target_spec
+from training.ingest.sources import get_source
 
 
 def test_online_history_matches_the_causal_sweep() -> None:

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from tests.synthetic_pai import HEADERS, SyntheticTrace, write_trace
-from training.adapters import pai_full, pai_stream
-from training.errors import DataError
+from training.ingest.adapters import pai_full, pai_stream
+from training.ingest.errors import DataError
 
 
 @pytest.fixture(scope="module")
@@ -131,8 +131,8 @@ def test_header_lacking_a_column(tmp_path: Path) -> None:
 def test_usage_targets_train_and_score_on_the_full_trace_format(trace: SyntheticTrace, target: str) -> None:
     """The observed-usage targets exist only in the full trace: the whole path runs (numbers are SYNTHETIC)."""
     from models.calibrated import CalibratedEstimator
-    from training.evaluate import baselines, evaluate, time_split
-    from training.targets import target_spec
+    from training.features.targets import target_spec
+    from training.pipeline.evaluate import baselines, evaluate, time_split
 
     table = pai_full.load(trace.directory)
     spec = target_spec("pai2020", target)

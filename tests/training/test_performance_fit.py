@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from placement.gpu_types import GPU_MEM_GIB
-from placement.speed import SpeedModel, Spread
+from placement.model.gpu_types import GPU_MEM_GIB
+from placement.model.speed import SpeedModel, Spread
 from training.performance.build import Frames, fit_speed_model
 from training.performance.gpu_speed import DEFAULT_TYPE_ALIASES
 from training.performance.holdout import holdout, plot_errors, plot_measured_vs_predicted

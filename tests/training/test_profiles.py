@@ -16,8 +16,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from placement.cluster_io import data_dir
-from training.errors import DataError
+from placement.model.cluster_io import data_dir
+from training.ingest.errors import DataError
 from training.performance.profiles import (
     GAVEL_GPU_TYPES,
     POLLUX_WORKLOADS,

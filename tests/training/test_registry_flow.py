@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from models.registry import CHALLENGER, CHAMPION, ModelRegistry, default_uri
-from training.promote import promote
-from training.train import train_and_register
+from training.pipeline.promote import promote
+from training.pipeline.train import train_and_register
 
 SMALL = {"n_estimators": 40, "num_leaves": 15}
 
@@ -61,7 +61,7 @@ def first_digest() -> str:
 
 
 def test_bundle_refuses_unknown_job_fields() -> None:
-    from training.bundle import job_table
+    from training.pipeline.bundle import job_table
 
     with pytest.raises(ValueError, match="unknown job field"):
         job_table(pd.DataFrame([{"gpus_please": 3}]))

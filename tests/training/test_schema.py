@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from training.errors import DataError
-from training.schema import COLUMN_NAMES, conform, empty_table, schema_markdown
+from training.ingest.errors import DataError
+from training.ingest.schema import COLUMN_NAMES, conform, empty_table, schema_markdown
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "canonical-schema.md"
 

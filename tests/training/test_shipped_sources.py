@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from training.schema import COLUMN_NAMES, COLUMNS
-from training.sources import SOURCES, get_source
+from training.ingest.schema import COLUMN_NAMES, COLUMNS
+from training.ingest.sources import SOURCES, get_source
 
 # rows as stated in the data README (the PAI table may grow: at least 68,727)
 EXPECTED_ROWS = {

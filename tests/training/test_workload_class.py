@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from training.ingest.sources import get_source
 from training.performance.workload_class import ALL_CLASSES, LARGE, SMALL, class_mix, workload_class
-from training.replay import sim_jobs
-from training.sources import get_source
+from training.replay.trace_jobs import sim_jobs
 
 
 @pytest.mark.parametrize(("gpu", "instances", "has_ps", "allowed"), [

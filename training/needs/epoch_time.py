@@ -169,12 +169,12 @@ from matplotlib.ticker import NullFormatter
 from scipy import sparse  # type: ignore[import-untyped]
 from scipy.optimize import least_squares, linprog, lsq_linear  # type: ignore[import-untyped]
 
-from placement.gpu_types import GPU_MEM_GIB
+from placement.model.gpu_types import GPU_MEM_GIB
 from training.needs.scoring import POINT_COLUMNS, conformal_quantile, error_table, grouped_conformal_quantile
 from training.needs.vocabulary import FAMILIES
 from training.performance.gpu_speed import DEFAULT_TYPE_ALIASES
 from training.performance.profiles import load_gavel, load_zeus
-from training.plots import save_png
+from training.png import save_png
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -308,7 +308,7 @@ _DATA_SHEETS: dict[str, GpuSpec] = {
 
 def _with_aliases(sheets: dict[str, GpuSpec]) -> dict[str, GpuSpec]:
     """Cluster types ``gpu_speed.DEFAULT_TYPE_ALIASES`` maps onto a chip one-to-one (factor 1) take that
-    chip's compute and bandwidth and their own memory (``placement.gpu_types.GPU_MEM_GIB``)."""
+    chip's compute and bandwidth and their own memory (``placement.model.gpu_types.GPU_MEM_GIB``)."""
     specs = dict(sheets)
     for name, (chip, factor) in DEFAULT_TYPE_ALIASES.items():
         if name in specs or factor != 1.0 or chip not in sheets:

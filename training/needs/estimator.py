@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from placement.speed import SyncCurve
+from placement.model.speed import SyncCurve
 from training.needs.epoch_time import EpochTimeModel, fit_epoch_time
 from training.needs.memory import NeedModel, fit_memory_models
 from training.needs.spread_sensitivity import SpreadSensitivityModel, fit_spread_sensitivity

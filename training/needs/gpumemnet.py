@@ -33,9 +33,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from placement.cluster_io import data_dir
-from training.errors import DataError
-from training.readers import (
+from placement.model.cluster_io import data_dir
+from training.ingest.errors import DataError
+from training.ingest.readers import (
     integer_cells,
     line_numbers,
     positive_cells,

@@ -100,7 +100,7 @@ from sklearn.model_selection import GroupKFold
 from training.needs.gpumemnet import load_gpumemnet
 from training.needs.scoring import POINT_COLUMNS, conformal_quantile, error_table
 from training.needs.vocabulary import PRECISIONS, HyperparameterError
-from training.plots import save_png
+from training.png import save_png
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]

@@ -7,7 +7,7 @@ models gets that workload's own measured fit and a band calibrated for it (see "
     step(K replicas on n machines) / step(K replicas on one machine)          n > 1  (1 for n = 1)
 
 and the scaling slowdown ``step(K on n) / step(1 GPU)`` is offered beside it. Both come from a
-:class:`placement.speed.SyncCurve` predicted for the job at its local batch, so what the replay applies
+:class:`placement.model.speed.SyncCurve` predicted for the job at its local batch, so what the replay applies
 and what this module reports are the same arithmetic.
 
 **The six workloads, described by hyperparameters.** The Pollux profiles (``data/profiles/pollux``) name a
@@ -177,11 +177,11 @@ import pandas as pd
 from numpy.typing import NDArray
 from scipy.optimize import brentq, least_squares  # type: ignore[import-untyped]
 
-from placement.speed import SyncCurve
+from placement.model.speed import SyncCurve
 from training.needs.scoring import POINT_COLUMNS, conformal_quantile, error_table
 from training.performance.profiles import load_pollux
 from training.performance.spread import SpreadFit, fit_all, fit_spread
-from training.plots import save_png
+from training.png import save_png
 
 FloatArray = NDArray[np.float64]
 

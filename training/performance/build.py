@@ -1,4 +1,4 @@
-"""Assembling the replay's speed model (``placement.speed.SpeedModel``) from the three real profiles.
+"""Assembling the replay's speed model (``placement.model.speed.SpeedModel``) from the three real profiles.
 
 * sync curve of each class: Pollux's iteration-time model fitted to its Pollux profile (``spread``);
 * type speed of each class, relative to V100: Gavel and Zeus (``gpu_speed``), with its stand-in table
@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 import pandas as pd
 
-from placement.speed import SpeedModel, WorkloadSpeed
+from placement.model.speed import SpeedModel, WorkloadSpeed
 from training.performance.colocation import SharePredictor, class_features, colocated_table, pair_shares
 from training.performance.gpu_speed import DEFAULT_TYPE_ALIASES, type_ratios, type_speed
 from training.performance.profiles import POLLUX_WORKLOADS, load_gavel, load_pollux, load_zeus

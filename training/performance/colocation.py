@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from sklearn.ensemble import GradientBoostingRegressor
 
-from placement.speed import REFERENCE_SPEED_TYPE
+from placement.model.speed import REFERENCE_SPEED_TYPE
 from training.performance.gpu_speed import GAVEL_STAND_IN
 from training.performance.spread import FloatArray, SpreadFit
 

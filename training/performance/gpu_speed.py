@@ -36,7 +36,7 @@ mean over the classes that were (e.g. yolov3 on A40 and RTX6000, which only Zeus
 ``DEFAULT_TYPE_ALIASES`` maps cluster types no profile measured onto a measured one, each an assumption:
 
 * V100M16, V100M32 -> V100 x 1: the same V100 chip with 16 or 32 GB of memory.
-* MISC -> K80 x 1: PAI's "older generations, e.g. K40m, K80, M60" (``placement/gpu_types.py``); K80 is
+* MISC -> K80 x 1: PAI's "older generations, e.g. K40m, K80, M60" (``placement/model/gpu_types.py``); K80 is
   the one of them that was measured.
 * T4 -> P100 x 8.1/9.3: peak FP32 TFLOPS, vendor data sheets (T4 8.1, P100 PCIe 9.3).
 * A10 -> A40 x 31.2/37.4: peak FP32 TFLOPS, vendor data sheets (A10 31.2, A40 37.4).
@@ -53,7 +53,7 @@ from types import MappingProxyType
 import numpy as np
 import pandas as pd
 
-from placement.speed import REFERENCE_SPEED_TYPE
+from placement.model.speed import REFERENCE_SPEED_TYPE
 
 GAVEL_STAND_IN: Mapping[str, str] = MappingProxyType({
     "ResNet-50": "imagenet", "ResNet-18": "cifar10", "Transformer": "bert", "LM": "deepspeech2",

@@ -36,13 +36,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from placement.speed import SpeedModel
+from placement.model.speed import SpeedModel
 from training.performance.build import Frames, fit_speed_model
 from training.performance.colocation import SharePredictor, pair_shares
 from training.performance.gpu_speed import GAVEL_STAND_IN, type_ratios, type_speed
 from training.performance.profiles import load_gavel, load_pollux, load_zeus
 from training.performance.spread import FloatArray, SpreadFit, fit_all, fit_spread, pooled_fit, predict_step_s
-from training.plots import save_png
+from training.png import save_png
 
 MODEL = "model"
 NO_SLOWDOWN = "no slowdown"

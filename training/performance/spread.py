@@ -40,7 +40,7 @@ import pandas as pd
 from numpy.typing import NDArray
 from scipy.optimize import least_squares  # type: ignore[import-untyped]
 
-from placement.speed import SyncCurve
+from placement.model.speed import SyncCurve
 
 FloatArray = NDArray[np.float64]
 GAMMA_MAX = 10.0

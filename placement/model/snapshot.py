@@ -1,0 +1,198 @@
+"""The immutable cluster snapshot: what is allocated on every GPU and machine, with a generation.
+
+Amounts are kept as integers (units in ``placement.model.layout``) so that placing and releasing a job
+restores the exact prior state: GPU share in milli-GPUs (1000 = one whole GPU), memory in MiB, CPU in
+milli-cores. Demands are rounded **up** to these units and capacities **down**, so rounding never
+over-allocates.
+
+A policy reads a snapshot and returns a decision; :func:`apply` and :func:`release` return new
+snapshots (``generation`` + 1); nothing here mutates a snapshot in place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import numpy.typing as npt
+from pyrsistent import pmap
+from pyrsistent.typing import PMap
+
+from placement.model.cluster import Cluster
+from placement.model.layout import MIB_PER_GIB, MILLI, IntArray, Layout, down, frozen, up
+
+__all__ = ["MIB_PER_GIB", "MILLI", "Allocation", "ClusterSnapshot", "InstancePlacement", "IntArray", "Layout",
+           "allocated_share", "apply", "at_generation", "down", "empty_snapshot", "layout_of", "release", "up"]
+
+
+@dataclass(frozen=True)
+class InstancePlacement:
+    """Where one instance runs and what it holds there (integer units)."""
+
+    task: int
+    machine: int
+    gpus: tuple[int, ...]
+    gpu_milli: int
+    gpu_mem_mib: int
+    cpu_milli: int
+    mem_mib: int
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Every instance of one job: the unit committed and released together."""
+
+    job_id: str
+    instances: tuple[InstancePlacement, ...]
+
+    def machines(self) -> set[int]:
+        return {p.machine for p in self.instances}
+
+
+class _PerMachine:
+    """Per-machine sums of one snapshot's GPU usage, each worked out when first read (or carried over
+    from the snapshot it was made from)."""
+
+    __slots__ = ("free_whole", "gpu_milli", "share")
+
+    def __init__(self) -> None:
+        self.gpu_milli: IntArray | None = None
+        self.free_whole: IntArray | None = None
+        self.share: npt.NDArray[np.float64] | None = None
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """Allocation state of ``cluster`` at ``generation``; GPU ``g`` sits on machine ``gpu_machine[g]``."""
+
+    cluster: Cluster
+    generation: int
+    gpu_milli_used: IntArray
+    gpu_mem_used: IntArray
+    cpu_used: IntArray
+    mem_used: IntArray
+    allocations: PMap[str, Allocation] = field(default_factory=pmap)
+    """Live allocations by job id: a persistent map, so a new snapshot shares it instead of copying."""
+    _per_machine: _PerMachine = field(default_factory=_PerMachine, init=False, repr=False, compare=False)
+
+    @staticmethod
+    def empty(cluster: Cluster) -> ClusterSnapshot:
+        layout = cluster.layout
+        zeros = len(layout.gpu_machine)
+        return ClusterSnapshot(cluster, 0, frozen(np.zeros(zeros, np.int64)), frozen(np.zeros(zeros, np.int64)),
+                               frozen(np.zeros(len(cluster), np.int64)), frozen(np.zeros(len(cluster), np.int64)))
+
+    @property
+    def layout(self) -> Layout:
+        return self.cluster.layout
+
+    @property
+    def machine_gpu_milli(self) -> IntArray:
+        """Allocated milli-GPUs per machine (derived once per snapshot)."""
+        sums = self._per_machine
+        if sums.gpu_milli is None:
+            sums.gpu_milli = frozen(np.bincount(self.layout.gpu_machine, weights=self.gpu_milli_used,
+                                                minlength=len(self.cpu_used)).astype(np.int64))
+        return sums.gpu_milli
+
+    @property
+    def machine_share(self) -> npt.NDArray[np.float64]:
+        """Allocated share of each machine's GPUs, 0..1 (a CPU-only machine: of its CPU)."""
+        sums = self._per_machine
+        if sums.share is None:
+            sums.share = frozen(allocated_share(self.layout, self.machine_gpu_milli, self.cpu_used))
+        return sums.share
+
+    @property
+    def machine_free_whole(self) -> IntArray:
+        """Completely free GPUs per machine (no share and no memory taken)."""
+        sums = self._per_machine
+        if sums.free_whole is None:
+            free = (self.gpu_milli_used == 0) & (self.gpu_mem_used == 0)
+            counts = np.bincount(self.layout.gpu_machine, weights=free, minlength=len(self.cpu_used))
+            sums.free_whole = frozen(counts.astype(np.int64))
+        return sums.free_whole
+
+
+def layout_of(cluster: Cluster) -> Layout:
+    """The integer layout of ``cluster`` (``Cluster.layout``)."""
+    return cluster.layout
+
+
+def empty_snapshot(cluster: Cluster) -> ClusterSnapshot:
+    """The snapshot of ``cluster`` with nothing allocated (made once per cluster): what a job could get at best."""
+    derived = cluster.layout.derived
+    if derived.empty_snapshot is None:
+        derived.empty_snapshot = ClusterSnapshot.empty(cluster)
+    return derived.empty_snapshot
+
+
+def apply(snapshot: ClusterSnapshot, allocation: Allocation) -> ClusterSnapshot:
+    """A new snapshot with ``allocation`` added (no checks: run the feasibility checker first)."""
+    if allocation.job_id in snapshot.allocations:
+        raise ValueError(f"job {allocation.job_id!r} is already allocated")
+    return _with(snapshot, allocation, +1, snapshot.allocations.set(allocation.job_id, allocation))
+
+
+def release(snapshot: ClusterSnapshot, job_id: str) -> ClusterSnapshot:
+    """A new snapshot without ``job_id``'s allocation; the same snapshot if it holds none (idempotent)."""
+    allocation = snapshot.allocations.get(job_id)
+    if allocation is None:
+        return snapshot
+    return _with(snapshot, allocation, -1, snapshot.allocations.discard(job_id))
+
+
+def _with(snapshot: ClusterSnapshot, allocation: Allocation, sign: int,
+          allocations: PMap[str, Allocation]) -> ClusterSnapshot:
+    gpu_milli, gpu_mem = snapshot.gpu_milli_used.copy(), snapshot.gpu_mem_used.copy()
+    cpu, mem = snapshot.cpu_used.copy(), snapshot.mem_used.copy()
+    for p in allocation.instances:
+        for g in p.gpus:
+            gpu_milli[g] += sign * p.gpu_milli
+            gpu_mem[g] += sign * p.gpu_mem_mib
+        cpu[p.machine] += sign * p.cpu_milli
+        mem[p.machine] += sign * p.mem_mib
+    child = ClusterSnapshot(snapshot.cluster, snapshot.generation + 1, frozen(gpu_milli), frozen(gpu_mem),
+                            frozen(cpu), frozen(mem), allocations)
+    _carry_derived(snapshot, child, {p.machine for p in allocation.instances})
+    return child
+
+
+def _carry_derived(parent: ClusterSnapshot, child: ClusterSnapshot, machines: set[int]) -> None:
+    """Give ``child`` the per-machine sums ``parent`` has derived, recomputed on ``machines`` only
+    (the only ones that differ), instead of deriving them again over the whole cluster."""
+    known = parent._per_machine
+    if known.gpu_milli is None or known.free_whole is None or known.share is None:
+        return
+    layout = child.layout
+    milli, free, share = known.gpu_milli.copy(), known.free_whole.copy(), known.share.copy()
+    for m in machines:
+        first, count = int(layout.gpu_first[m]), int(layout.gpu_count[m])
+        if count:
+            used = child.gpu_milli_used[first:first + count].tolist()
+            mem = child.gpu_mem_used[first:first + count].tolist()
+            milli[m] = sum(used)
+            free[m] = sum(u == 0 and g == 0 for u, g in zip(used, mem, strict=True))
+            share[m] = sum(used) / (count * MILLI)
+        else:
+            share[m] = child.cpu_used[m] / max(int(layout.cpu_cap[m]), 1)
+    sums = child._per_machine
+    sums.gpu_milli, sums.free_whole, sums.share = frozen(milli), frozen(free), frozen(share)
+
+
+def at_generation(snapshot: ClusterSnapshot, generation: int) -> ClusterSnapshot:
+    """``snapshot`` relabelled with ``generation`` (the same usage), keeping what it has derived."""
+    if snapshot.generation == generation:
+        return snapshot
+    moved = replace(snapshot, generation=generation)
+    known, sums = snapshot._per_machine, moved._per_machine
+    sums.gpu_milli, sums.free_whole, sums.share = known.gpu_milli, known.free_whole, known.share
+    return moved
+
+
+def allocated_share(layout: Layout, machine_milli: IntArray, cpu_used: IntArray) -> npt.NDArray[np.float64]:
+    """Allocated share of each machine's GPUs (0..1); a CPU-only machine counts its CPU instead."""
+    total = layout.gpu_count * MILLI
+    cpu_share = cpu_used / np.maximum(layout.cpu_cap, 1)
+    share: npt.NDArray[np.float64] = np.where(total > 0, machine_milli / np.maximum(total, 1), cpu_share)
+    return share

@@ -1,0 +1,226 @@
+"""Online placement: one job at a time, instance by instance, every candidate machine scored at once.
+
+A policy is a pure function of (snapshot, job) -> Decision. The shared engine places the job's
+instances in the policy's order; for each it asks :class:`~placement.online.working.WorkingState` which
+machines can host it (the filters of ``placement.filters``), lets the policy score those (lower is
+better; ties go to the lowest machine index; ``placement.online.scorers``), and reserves the best. Gang: if
+any instance finds no machine, nothing is placed and the decision says why, and whether waiting could
+help (the job fits an empty cluster) or not.
+Every placed decision passes :func:`placement.model.feasibility.violations` before it is returned.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+import numpy.typing as npt
+
+from placement.model.decision import Decision, Verdict
+from placement.model.demand import Job, Role
+from placement.model.feasibility import Need, need_of, violations
+from placement.model.network import NetworkTally, placement_cost
+from placement.model.snapshot import MILLI, Allocation, ClusterSnapshot, InstancePlacement, Layout, empty_snapshot
+from placement.model.speed import SpeedModel
+from placement.model.topology import DEFAULT_DISTANCE_COST
+from placement.online.explain import failure_reasons
+from placement.online.working import Candidates, WorkingState
+
+FloatArray = npt.NDArray[np.float64]
+UNKNOWN_TIER = 2
+"""The tier of a GPU type ``PlacementConfig.gpu_tier`` does not name."""
+
+
+@dataclass(frozen=True)
+class PlacementConfig:
+    """Weights and tables of the policies (configuration, not constants)."""
+
+    distance_cost: tuple[float, float, float, float] = DEFAULT_DISTANCE_COST
+    w_network: float = 1.0
+    w_load: float = 1.0
+    w_scarce: float = 0.5
+    big_job_gpus: float = 8.0
+    speed: SpeedModel | None = None
+    """With a job-performance model, Liquid's network and type terms are the measured time lost to spread
+    (``placement.online.spread_cost``) and to the GPU type (``placement.online.type_cost``) for the jobs it knows."""
+    gpu_tier: MappingProxyType[str, int] = field(default_factory=lambda: MappingProxyType({
+        "CPU": 0, "MISC": 1, "T4": 2, "P100": 2, "G1": 2, "G2": 2, "V100M16": 3, "V100": 3, "G3": 3, "A10": 3,
+        "V100M32": 4}))
+    seed: int = 0
+    _tiers_of: dict[tuple[str, ...], tuple[int, ...]] = field(default_factory=dict, init=False, repr=False,
+                                                              compare=False)
+    """:meth:`tiers_of` by its argument (a memo, not part of the configuration)."""
+
+    def tiers_of(self, gpu_types: tuple[str, ...]) -> tuple[int, ...]:
+        """The tier of each of ``gpu_types`` (``UNKNOWN_TIER`` for a type ``gpu_tier`` does not name)."""
+        found = self._tiers_of.get(gpu_types)
+        if found is None:
+            found = self._tiers_of[gpu_types] = tuple(self.gpu_tier.get(t, UNKNOWN_TIER) for t in gpu_types)
+        return found
+
+
+@dataclass
+class Step:
+    """What a policy sees when it scores the machines for one instance."""
+
+    job: Job
+    task_index: int
+    candidates: Candidates
+    working: WorkingState
+    network: NetworkTally
+    config: PlacementConfig
+    placed: list[InstancePlacement]
+    need: Need
+    """The instance's demand in integer units (worked out once per task)."""
+
+
+Chooser = Callable[[Step], FloatArray]
+"""Scores every machine for the instance of ``step`` (lower is better); infeasible ones are ignored."""
+Fills = Callable[[Job, int], bool]
+"""Whether the machine chosen for an instance of a task keeps the best score for the task's next
+instances until it is full (true for packing scorers), so it can take them without rescoring."""
+
+
+def never_fills(job: Job, task_index: int) -> bool:
+    return False
+
+
+def task_order(job: Job) -> list[int]:
+    """Task indices in placement order: workers and other GPU-heavy tasks first, parameter servers last."""
+    return sorted(range(len(job.tasks)), key=lambda i: (job.tasks[i].role is Role.PS, -job.tasks[i].gpu, i))
+
+
+def instance_order(job: Job) -> list[int]:
+    """Task index per instance, in :func:`task_order`."""
+    return [i for i in task_order(job) for _ in range(job.tasks[i].instances)]
+
+
+def place_greedy(snapshot: ClusterSnapshot, job: Job, policy: str, choose: Chooser,
+                 config: PlacementConfig, explain: bool = True, fills: Fills = never_fills) -> Decision:
+    """Place ``job`` on ``snapshot`` with the machine scores of ``choose``.
+
+    With ``explain=False`` a job that does not fit gets the verdict ``unschedulable-now`` without
+    reasons and without the empty-cluster check, and a placed one no score breakdown (for callers that
+    only need the allocation, like the simulator).
+    """
+    started = time.perf_counter()
+    placed, failed, network_cost = _build(snapshot, job, choose, config, fills)
+    if failed is not None and not explain:
+        return Decision(job.job_id, policy, Verdict.UNSCHEDULABLE_NOW, snapshot.generation)
+    if failed is not None:
+        task_index, candidates = failed
+        verdict = _wait_or_never(snapshot, job, choose, config, fills)
+        reasons = failure_reasons(snapshot, job, task_index, candidates, len(placed))
+        return Decision(job.job_id, policy, verdict, snapshot.generation, reasons=reasons,
+                        score=MappingProxyType({"latency_ms": (time.perf_counter() - started) * 1e3}))
+    allocation = Allocation(job.job_id, tuple(placed))
+    problems = violations(snapshot, job, allocation)
+    if problems:  # a bug in a policy, never a property of the input
+        raise RuntimeError(f"policy {policy} produced an infeasible allocation for {job.job_id}: {problems}")
+    score = breakdown(snapshot, job, allocation, config, network_cost) if explain else {}
+    score["latency_ms"] = (time.perf_counter() - started) * 1e3
+    return Decision(job.job_id, policy, Verdict.PLACED, snapshot.generation, allocation, MappingProxyType(score))
+
+
+def _build(snapshot: ClusterSnapshot, job: Job, choose: Chooser, config: PlacementConfig,
+           fills: Fills) -> tuple[list[InstancePlacement], tuple[int, Candidates] | None, float]:
+    """Place instances in :func:`instance_order`; also returns the network cost of what was placed.
+
+    Where ``fills`` says so, the chosen machine takes as many further instances of the same task as it
+    can hold before the machines are scored again: for packing scorers the machine just chosen stays
+    the best, so this is the same greedy, faster."""
+    working = WorkingState(snapshot)
+    network = NetworkTally(job, snapshot.layout, config.distance_cost)
+    placed: list[InstancePlacement] = []
+    for task_index in task_order(job):
+        task = job.tasks[task_index]
+        need, fill, remaining = need_of(task), fills(job, task_index), task.instances
+        while remaining:
+            candidates = working.candidates(need)
+            if not candidates.ok.any():
+                return placed, (task_index, candidates), network.total
+            step = Step(job, task_index, candidates, working, network, config, placed, need)
+            machine = int(np.argmin(np.where(candidates.ok, choose(step), np.inf)))
+            count = min(remaining, max(1, working.room_on(machine, need))) if fill else 1
+            for placement in working.take_many(machine, task_index, need, count):
+                network.record(placement, network.increment_at(task_index, machine))
+                placed.append(placement)
+            remaining -= count
+    return placed, None, network.total
+
+
+def _first_machine(step: Step) -> FloatArray:
+    return np.zeros(step.working.n_machines)
+
+
+def _fill(job: Job, task_index: int) -> bool:
+    return True
+
+
+def _wait_or_never(snapshot: ClusterSnapshot, job: Job, choose: Chooser, config: PlacementConfig,
+                   fills: Fills) -> Verdict:
+    """``unschedulable-now`` if the job fits the same cluster with nothing allocated (placed there by
+    first fit, packing each machine, or else by the policy itself), else ``can-never-fit``. Remembered
+    per cluster and job shape (``Derived.fits_empty``): the answer does not depend on what is allocated."""
+    empty = empty_snapshot(snapshot.cluster)
+
+    def fits_empty() -> bool:
+        return (_build(empty, job, _first_machine, config, _fill)[1] is None
+                or _build(empty, job, choose, config, fills)[1] is None)
+
+    fits = empty.layout.derived.fits_empty.get(job.tasks, fits_empty)
+    return Verdict.UNSCHEDULABLE_NOW if fits else Verdict.CAN_NEVER_FIT
+
+
+def breakdown(snapshot: ClusterSnapshot, job: Job, allocation: Allocation, config: PlacementConfig,
+              network_cost: float | None = None) -> dict[str, float]:
+    """Score terms of a placed job: network cost (``network_cost`` when the caller tallied it while
+    placing, in the allocation's order), load of the chosen machines, span, fragmentation."""
+    layout = snapshot.layout
+    machines = sorted(allocation.machines())
+    added: dict[int, int] = {}
+    for p in allocation.instances:
+        for g in p.gpus:
+            added[g] = added.get(g, 0) + p.gpu_milli
+    partial = 0
+    for m in machines:
+        first = int(layout.gpu_first[m])
+        for g, used in enumerate(snapshot.gpu_milli_used[first:first + int(layout.gpu_count[m])].tolist(), first):
+            partial += 0 < used + added.get(g, 0) < MILLI
+    share = snapshot.machine_share[machines].tolist()
+    return {
+        "network": (placement_cost(job, layout, allocation.instances, config.distance_cost)
+                    if network_cost is None else network_cost),
+        "load_before": sum(share) / len(share) if share else 0.0,
+        "machines": float(len(machines)),
+        "racks": float(len({int(layout.rack[m]) for m in machines})),
+        "domains": float(len({int(layout.domain[m]) for m in machines})),
+        "partial_gpus": float(partial),
+    }
+
+
+def machine_tiers(config: PlacementConfig, layout: Layout) -> FloatArray:
+    """Tier of each machine's GPU type (higher = scarcer, more capable; unknown types 2). Worked out once
+    per layout and tier table (``Derived.tiers``); read-only."""
+    return _tiers(config, layout)[0]
+
+
+def machine_scarcity(config: PlacementConfig, layout: Layout) -> FloatArray:
+    """:func:`machine_tiers` scaled to 0..1 by the highest tier (read-only)."""
+    return _tiers(config, layout)[1]
+
+
+def _tiers(config: PlacementConfig, layout: Layout) -> tuple[FloatArray, FloatArray]:
+    by_type = config.tiers_of(layout.gpu_types)
+
+    def make() -> tuple[FloatArray, FloatArray]:
+        per_type = np.array(by_type, dtype=float)
+        tier = per_type[layout.gpu_type] if len(per_type) else np.zeros(len(layout.gpu_type))
+        scarce = tier / max(float(tier.max()) if len(tier) else 0.0, 1.0)
+        tier.flags.writeable = scarce.flags.writeable = False
+        return tier, scarce
+
+    return layout.derived.tiers.get(by_type, make)

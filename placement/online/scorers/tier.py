@@ -1,0 +1,16 @@
+"""Scorer ``tier``: the PAI paper's reserving: jobs of at least ``PlacementConfig.big_job_gpus`` GPUs
+go to the highest-tier machines (cost: minus the tier), smaller ones to the lowest (cost: the tier)."""
+
+from __future__ import annotations
+
+from placement.online.greedy import Step, machine_tiers
+from placement.online.scorers.base import Costs
+
+
+class Tier:
+    name = "tier"
+    unit = "GPU tier (higher: scarcer, more capable)"
+
+    def cost(self, step: Step) -> Costs | None:
+        tier = machine_tiers(step.config, step.working.layout)
+        return -tier if step.job.gpus >= step.config.big_job_gpus else tier

@@ -1,0 +1,205 @@
+"""A mutable scratch copy of a snapshot's usage, for building one decision instance by instance.
+
+``candidates`` answers, for every machine at once (numpy, no Python loop over machines), whether it
+can host one more instance of a demand now, and if not, which filter it fails first (a code per
+machine, ``placement.filters.chain``); asked again for the same demand, it recomputes only the
+machines changed since. ``take`` reserves an instance on a machine: whole GPUs lowest index first; a
+GPU share on the fullest GPU that still fits it (best fit, which keeps whole GPUs free for whole-GPU
+jobs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from placement.filters import gpu_share
+from placement.filters.chain import OK, Chain, chain_for
+from placement.filters.gpu_share import fitting_gpus, share_mem_per_gpu, share_room_per_gpu
+from placement.model.feasibility import Need
+from placement.model.snapshot import MILLI, ClusterSnapshot, InstancePlacement, allocated_share
+
+BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
+T = TypeVar("T")
+
+
+@dataclass
+class Candidates:
+    """Per machine: can it host the instance (``ok``) and the code of the first filter it fails
+    (``reason``, worked out when first read: a job that fits never needs it)."""
+
+    ok: BoolArray
+    free_whole: IntArray
+    reasons_now: Callable[[], IntArray]
+    """Computes the codes of every machine from the working state as it is."""
+    _reason: IntArray | None = None
+
+    @property
+    def reason(self) -> IntArray:
+        if self._reason is None:
+            self._reason = self.reasons_now()
+        return self._reason
+
+
+class WorkingState:
+    """Usage arrays copied from ``snapshot``, changed by :meth:`take` while a decision is built."""
+
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
+        self.snapshot = snapshot
+        self.layout = snapshot.layout
+        self.gpu_milli = snapshot.gpu_milli_used.copy()
+        self.gpu_mem = snapshot.gpu_mem_used.copy()
+        self.cpu = snapshot.cpu_used.copy()
+        self.mem = snapshot.mem_used.copy()
+        self.machine_milli = snapshot.machine_gpu_milli.copy()
+        self.free_whole = snapshot.machine_free_whole.copy()
+        self.n_machines = len(self.cpu)
+        self._share = snapshot.machine_share.copy()
+        self._touched: list[int] = []  # machines changed by take, in order (for incremental candidates)
+        self._cache: dict[Need, tuple[int, Candidates, Chain]] = {}
+
+    def remember(self, key: Hashable, make: Callable[[], T]) -> T:
+        """``make()``: a working state changes with every take, so nothing worked out from it is kept."""
+        return make()
+
+    def checkpoint(self) -> tuple[IntArray, ...]:
+        """The usage arrays as they are now, for :meth:`restore`."""
+        return tuple(a.copy() for a in (self.gpu_milli, self.gpu_mem, self.cpu, self.mem, self.machine_milli,
+                                        self.free_whole))
+
+    def restore(self, saved: tuple[IntArray, ...]) -> None:
+        """Undo every :meth:`take` since ``saved`` was taken by :meth:`checkpoint`."""
+        self.gpu_milli, self.gpu_mem, self.cpu, self.mem, self.machine_milli, self.free_whole = (
+            a.copy() for a in saved)
+        self._share = allocated_share(self.layout, self.machine_milli, self.cpu)
+        self._cache.clear()
+
+    def candidates(self, need: Need) -> Candidates:
+        """Which machines can host one more instance of ``need`` now, and why not.
+
+        Repeated calls for the same demand recompute only the machines changed by :meth:`take` since
+        the last call, so the returned object is updated in place and is valid until the next ``take``.
+        """
+        cached = self._cache.get(need)
+        if cached is None:
+            chain = chain_for(need)
+            result = Candidates(chain.passing(self), self.free_whole.copy(), lambda: chain.first_failing(self))
+        else:
+            seen, result, chain = cached
+            for m in set(self._touched[seen:]):
+                code = chain.first_failing_at(self, m)
+                result.ok[m], result.free_whole[m] = code == OK, self.free_whole[m]
+                if result._reason is not None:
+                    result._reason[m] = code
+        self._cache[need] = (len(self._touched), result, chain)
+        return result
+
+    def fits(self, need: Need, machine: int) -> bool:
+        """Whether ``machine`` can host one more instance of ``need`` now: ``candidates(need).ok[machine]``,
+        worked out for that machine alone."""
+        return chain_for(need).passes_at(self, machine)
+
+    def take(self, machine: int, task_index: int, need: Need) -> InstancePlacement:
+        """Reserve one instance on ``machine`` (which :meth:`candidates` said can host it)."""
+        return self.take_many(machine, task_index, need, 1)[0]
+
+    def take_many(self, machine: int, task_index: int, need: Need, count: int) -> list[InstancePlacement]:
+        """Reserve ``count`` instances on ``machine``, one after the other as :meth:`take` would
+        (:meth:`room_on` says how many fit). A machine's few GPUs are worked on as Python integers,
+        the many GPUs of a large node (``gpu_share.FEW_GPUS_PER_MACHINE``) in numpy."""
+        layout = self.layout
+        first = int(layout.gpu_first[machine])
+        span = slice(first, first + (int(layout.gpu_count[machine]) if need.gpu_milli else 0))
+        large = span.stop - span.start > gpu_share.FEW_GPUS_PER_MACHINE
+        if large and need.whole_gpus:
+            placed = self._take_large_whole(machine, task_index, need, span, count)
+        elif large:
+            placed = self._take_large_shares(machine, task_index, need, span, count)
+        else:
+            placed = self._take_small(machine, task_index, need, count, span)
+        if need.gpu_milli:
+            self.machine_milli[machine] += need.gpu_milli * (need.whole_gpus or 1) * count
+        self.cpu[machine] += need.cpu_milli * count
+        self.mem[machine] += need.mem_mib * count
+        gpus = int(layout.gpu_count[machine])
+        self._share[machine] = (self.machine_milli[machine] / (gpus * MILLI) if gpus
+                                else self.cpu[machine] / max(int(layout.cpu_cap[machine]), 1))
+        self._touched.append(machine)
+        return placed
+
+    def _take_small(self, machine: int, task_index: int, need: Need, count: int,
+                    span: slice) -> list[InstancePlacement]:
+        """GPU choice and GPU bookkeeping of :meth:`take_many` on Python integers."""
+        placed: list[InstancePlacement] = []
+        milli, mem = self.gpu_milli[span].tolist(), self.gpu_mem[span].tolist()
+        caps = self.layout.gpu_mem_cap[span].tolist()
+        free_whole = int(self.free_whole[machine])
+        for _ in range(count):
+            chosen: list[int] = []
+            gpu_mem = 0
+            if need.whole_gpus:
+                free = [i for i, (m, g) in enumerate(zip(milli, mem, strict=True)) if m == 0 and g == 0]
+                chosen = free[: need.whole_gpus]
+                gpu_mem = caps[0]
+            elif need.gpu_milli:  # the fullest GPU that fits; ties: lowest index
+                best = max(fitting_gpus(milli, mem, caps, need), key=lambda i: (milli[i], -i))
+                chosen = [best]
+                gpu_mem = need.gpu_mem_on(caps[best])
+            for i in chosen:
+                free_whole -= milli[i] == 0 and mem[i] == 0
+                milli[i] += need.gpu_milli
+                mem[i] += gpu_mem
+            placed.append(InstancePlacement(task_index, machine, tuple(span.start + i for i in chosen),
+                                            need.gpu_milli if chosen else 0, gpu_mem, need.cpu_milli, need.mem_mib))
+        if need.gpu_milli:
+            self.gpu_milli[span], self.gpu_mem[span] = milli, mem
+            self.free_whole[machine] = free_whole
+        return placed
+
+    def _take_large_whole(self, machine: int, task_index: int, need: Need, span: slice,
+                          count: int) -> list[InstancePlacement]:
+        """Whole GPUs of :meth:`take_many` on a large node: the lowest free ones, ``count`` instances at once."""
+        milli, mem = self.gpu_milli[span], self.gpu_mem[span]
+        free = np.flatnonzero((milli == 0) & (mem == 0))[: need.whole_gpus * count]
+        gpu_mem = int(self.layout.gpu_mem_cap[span.start])
+        milli[free] += need.gpu_milli
+        mem[free] += gpu_mem
+        self.free_whole[machine] -= len(free)
+        ids = (free + span.start).tolist()
+        return [InstancePlacement(task_index, machine, tuple(ids[k * need.whole_gpus:(k + 1) * need.whole_gpus]),
+                                  need.gpu_milli, gpu_mem, need.cpu_milli, need.mem_mib) for k in range(count)]
+
+    def _take_large_shares(self, machine: int, task_index: int, need: Need, span: slice,
+                           count: int) -> list[InstancePlacement]:
+        """GPU shares of :meth:`take_many` on a large node, in numpy, all at once. One at a time, each
+        share goes to the fullest GPU that fits it (ties: lowest index); that GPU only gets fuller, so
+        it stays first until full. Hence: GPUs by (fullest, lowest index), each filled in turn."""
+        milli, mem, caps = self.gpu_milli[span], self.gpu_mem[span], self.layout.gpu_mem_cap[span]
+        per_gpu = share_mem_per_gpu(caps, need)
+        room = share_room_per_gpu(milli, mem, caps, need)
+        usable = np.flatnonzero(room > 0)
+        order = usable[np.lexsort((usable, -milli[usable]))]
+        enough = int(np.searchsorted(np.cumsum(room[order]), count)) + 1
+        gpus = np.repeat(order[:enough], room[order[:enough]])[:count]
+        touched = np.unique(gpus)
+        self.free_whole[machine] -= int(np.count_nonzero((milli[touched] == 0) & (mem[touched] == 0)))
+        np.add.at(milli, gpus, need.gpu_milli)
+        np.add.at(mem, gpus, per_gpu[gpus])
+        return [InstancePlacement(task_index, machine, (span.start + g,), need.gpu_milli, m, need.cpu_milli,
+                                  need.mem_mib) for g, m in zip(gpus.tolist(), per_gpu[gpus].tolist(), strict=True)]
+
+    def room_on(self, machine: int, need: Need) -> int:
+        """How many more instances of ``need`` fit on ``machine`` alone (by every filter)."""
+        return chain_for(need).room_at(self, machine)
+
+    def gpu_allocated_share(self) -> npt.NDArray[np.float64]:
+        """Allocated share of each machine's GPUs (0..1; CPU-only machines by CPU instead).
+
+        Kept up to date by :meth:`take`; read-only for callers.
+        """
+        return self._share

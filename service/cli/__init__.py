@@ -1,0 +1,3 @@
+"""The command line: ``gpuplace`` and its commands (data, models, cluster, performance, sim, serve, loop,
+quickstart).
+"""

@@ -1,0 +1,170 @@
+"""``gpuplace evaluate``: baselines and models on a time-ordered holdout of a real trace.
+
+The ML stack is imported inside the commands, so that the rest of the command line starts fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import Progress
+from rich.table import Table
+
+from service.cli.console import make_console
+from service.workdir import home, mlflow_uri
+from training.features.targets import TARGETS
+
+DEFAULT_MODEL_NAME = "gpuplace-estimators"
+
+console = make_console()
+
+
+def evaluate(
+    source: Annotated[str, typer.Option(help=f"one of {', '.join(TARGETS)}")] = "pai2020-jobs",
+    target: Annotated[str, typer.Option(help="duration, bandwidth, ... (what the source has labels for)")] = "duration",
+    out: Annotated[Path | None, typer.Option(help="folder for report.json and plots")] = None,
+    seed: Annotated[int, typer.Option(help="seed of every stochastic part")] = 0,
+    test_share: Annotated[float, typer.Option(min=0.05, max=0.9, help="later share of jobs held out")] = 0.3,
+    every: Annotated[bool, typer.Option("--all", help="every target of every shipped source")] = False,
+) -> None:
+    """Fit baselines and models on earlier jobs, score them on later ones; write JSON and PNG plots."""
+    import json
+
+    from training.ingest.sources import SOURCES
+    from training.pipeline.report import run_report  # imports the ML stack: only when a command needs it
+
+    pairs = [(s, t) for s, targets in TARGETS.items() if SOURCES[s].shipped for t in targets] if every \
+        else [(source, target)]
+    base = out or home() / "reports"
+    summary: dict[str, Any] = {}
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("evaluating", total=len(pairs))
+        for src, tgt in pairs:
+            def step(name: str, prefix: str = f"{src} {tgt}") -> None:
+                progress.update(task, description=f"{prefix}: fitting {name}")
+
+            report = run_report(src, tgt, base / f"{src}-{tgt}", seed=seed, test_share=test_share, progress=step)
+            summary[f"{src}/{tgt}"] = {n: {k: e[k] for k in ("male", "p90_coverage", "mae")}
+                                       for n, e in report["estimators"].items()}
+            progress.advance(task)
+            console.print(estimator_table(report))
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "summary.json").write_text(json.dumps(summary, indent=2))
+    console.print(f"reports and plots under {base}")
+
+
+def estimator_table(report: dict[str, Any]) -> Table:
+    unit = report["unit"]
+    table = Table("estimator", f"MAE ({unit})", f"MedAE ({unit})", "MALE", "P90 coverage", "MALE by depth",
+                  title=f"{report['source']} {report['target']}: {report['split']['test_rows']:,} later jobs held out")
+    for name, e in report["estimators"].items():
+        depth = "  ".join(f"{k}:{v['male']:.2f}" for k, v in e["by_depth"].items() if v["male"] is not None)
+        coverage = "-" if e["p90_coverage"] is None else f"{e['p90_coverage']:.3f}"
+        table.add_row(name, f"{e['mae']:,.1f}", f"{e['medae']:,.1f}", f"{e['male']:.4f}", coverage, depth)
+    for name, e in report["reference_in_sample"].items():
+        table.add_row(f"[dim]{name} (in-sample reference)[/]", f"{e['mae']:,.1f}", f"{e['medae']:,.1f}",
+                      f"{e['male']:.4f}", "-", "")
+    return table
+
+
+NameOpt = Annotated[str, typer.Option("--name", help="registered model name")]
+models_app = typer.Typer(help="The model registry: versions, aliases, promotion.", no_args_is_help=True)
+
+
+def registry(name: str = DEFAULT_MODEL_NAME) -> Any:
+    """The model registry of the working folder (MLflow store from ``mlflow_uri``)."""
+    from models.registry import ModelRegistry
+
+    home().mkdir(parents=True, exist_ok=True)
+    uri = mlflow_uri()
+    remote = uri.startswith(("http://", "https://"))  # a tracking server keeps the artifacts itself
+    return ModelRegistry(uri, name, artifact_root=None if remote else home() / "mlartifacts")
+
+
+def train(
+    source: Annotated[list[str] | None, typer.Option(help="source(s) to learn from (default pai2020-jobs)")] = None,
+    algo: Annotated[str, typer.Option(help="model family: lgbm or rf")] = "rf",
+    seed: Annotated[int, typer.Option(help="seed of every stochastic part")] = 0,
+    test_share: Annotated[float, typer.Option(min=0.05, max=0.9, help="later share of jobs held out")] = 0.3,
+    name: NameOpt = DEFAULT_MODEL_NAME,
+) -> None:
+    """Train a bundle on real traces, log it to MLflow and register it as the challenger."""
+    from training.pipeline.train import train_and_register
+
+    store = registry(name)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("training", total=None)
+        result = train_and_register(store, source or ["pai2020-jobs"], algo, seed, test_share,
+                                    progress=lambda text: progress.update(task, description=text))
+    for report in result.reports.values():
+        console.print(estimator_table(report))
+    console.print(f"registered {name} version {result.version} (alias challenger), run {result.run_id}")
+
+
+@models_app.command("list")
+def list_versions(name: NameOpt = DEFAULT_MODEL_NAME) -> None:
+    """Versions, aliases and headline metrics."""
+    table = Table("version", "aliases", "algo", "sources", "duration MALE", "P90 coverage",
+                  "best duration baseline MALE", title=f"registered model {name} ({mlflow_uri()})")
+    versions = registry(name).versions()
+    if not versions:
+        console.print(f"no versions of {name} registered at {mlflow_uri()}: run `gpuplace train`")
+        return
+    for info in versions:
+        baselines = [v for k, v in info.metrics.items() if k.startswith("duration.baseline.") and k.endswith(".male")]
+        metric = info.metrics.get
+        table.add_row(info.version, ", ".join(info.aliases), info.params.get("algo", ""),
+                      info.params.get("sources", ""), _fmt(metric("duration.model.male")),
+                      _fmt(metric("duration.model.p90_coverage")), _fmt(min(baselines) if baselines else None))
+    console.print(table)
+
+
+@models_app.command("promote")
+def promote(name: NameOpt = DEFAULT_MODEL_NAME,
+            margin: Annotated[float, typer.Option(min=0.0, help="required MALE improvement")] = 0.0) -> None:
+    """Make the challenger the champion if it beats the champion on the same holdout."""
+    from training.pipeline.promote import promote as gate
+
+    decision = gate(registry(name), margin)
+    verdict = "[green]promoted[/]" if decision.promoted else "[yellow]not promoted[/]"
+    console.print(f"{verdict}: challenger {decision.challenger}, champion before {decision.champion_before}: "
+                  f"{decision.reason}")
+
+
+def predict(
+    job: Annotated[str, typer.Option(help="job description as JSON text, or @file.json (an object or a list)")],
+    version: Annotated[str, typer.Option(help="alias or version number")] = "champion",
+    name: NameOpt = DEFAULT_MODEL_NAME,
+) -> None:
+    """Estimate what a job will need, with P50 and P90, from a registered bundle."""
+    import json
+
+    import pandas as pd
+
+    from training.needs.vocabulary import validate
+
+    text = Path(job[1:]).read_text() if job.startswith("@") else job
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"--job is not valid JSON: {exc}") from exc
+    rows = payload if isinstance(payload, list) else [payload]
+    if not all(isinstance(row, dict) for row in rows):
+        raise typer.BadParameter("--job must be a JSON object or a list of objects")
+    try:  # hyperparameters may be given as an object; the bundle reads them as JSON text
+        rows = [{**row, "hyperparams": json.dumps(validate(row["hyperparams"]))}
+                if isinstance(row.get("hyperparams"), dict) else row for row in rows]
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    _, bundle = registry(name).load(version)
+    try:
+        result = bundle.predict(None, pd.DataFrame(rows))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    typer.echo(result.to_json(orient="records", indent=2))
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"

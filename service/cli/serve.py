@@ -1,0 +1,60 @@
+"""``gpuplace serve``: the REST service under uvicorn (settings from ``GPUPLACE_*`` variables)."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from typing import Annotated
+
+import typer
+
+from service.settings import Settings
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port")] = 8000,
+    workers: Annotated[int, typer.Option(min=1, max=64, help="worker processes (they share the database)")] = 1,
+) -> None:
+    """Run the REST API (OpenAPI docs at /docs), and the extender's listener if GPUPLACE_EXTENDER_PORT is set."""
+    import uvicorn
+
+    settings = Settings()
+    if settings.extender_port:
+        from service.k8s import listener as extender_listener
+        problems = extender_listener.check(settings, workers)
+        if problems:
+            for problem in problems:
+                typer.echo(f"error: {problem}", err=True)
+            raise typer.Exit(2)
+        serve_with_extender(host, port, settings)
+        return
+    uvicorn.run("service.http.app:create_app", factory=True, host=host, port=port, workers=workers,
+                log_level="warning", access_log=False)
+
+
+def serve_with_extender(host: str, port: int, settings: Settings) -> None:
+    """Run the API on ``port`` and the extender's listener on ``settings.extender_port``, one loop."""
+    import uvicorn
+
+    from service.http.app import create_app
+    from service.k8s.listener import ExtenderOnly
+
+    app = create_app(settings)
+    api = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    extender = uvicorn.Server(uvicorn.Config(
+        ExtenderOnly(app), host=host, port=settings.extender_port, log_level="warning", access_log=False,
+        lifespan="off", ssl_certfile=settings.extender_tls_cert, ssl_keyfile=settings.extender_tls_key,
+        ssl_ca_certs=settings.extender_client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED))
+
+    async def both() -> None:
+        serving = asyncio.create_task(api.serve())
+        while not api.started and not serving.done():  # the runtime exists once the API has started
+            await asyncio.sleep(0.05)
+        tasks = [serving] + ([] if serving.done() else [asyncio.create_task(extender.serve())])
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        api.should_exit = extender.should_exit = True  # one stopped (a signal, a port taken): stop both
+        await asyncio.gather(*tasks)
+
+    with asyncio.Runner(loop_factory=api.config.get_loop_factory()) as runner:
+        runner.run(both())

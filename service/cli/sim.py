@@ -1,0 +1,142 @@
+"""``gpuplace simulate``: replay real traces through the placement policies and queue orders.
+
+The ML stack is imported inside the commands, so the rest of the command line starts fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import Progress
+from rich.table import Table
+
+from service.cli.console import make_console
+from service.workdir import home
+
+console = make_console()
+app = typer.Typer(help="Replay real traces: JCT, waiting, makespan, allocation, fragmentation.",
+                  invoke_without_command=True)
+
+TraceOpt = Annotated[str, typer.Option(help="pai2020-jobs (later 30%, out of sample) or openb2023")]
+ClusterOpt = Annotated[str, typer.Option(help="pai, big-node, openb or openb-all")]
+GpusOpt = Annotated[int, typer.Option(min=1, help="GPUs of the big node")]
+RateOpt = Annotated[float, typer.Option(min=0.0, help="arrivals per minute in trace order; 0 = original times")]
+JobsOpt = Annotated[int, typer.Option(min=1, help="jobs to replay")]
+WindowOpt = Annotated[float, typer.Option(min=1.0, help="batch placements (gga, cpsat, ffd): window length, s")]
+LimitOpt = Annotated[float, typer.Option(min=0.05, help="batch placements: solver time limit per window, s")]
+BatchJobsOpt = Annotated[int, typer.Option(min=1, help="batch placements: most jobs handed over per window")]
+RuntimeOpt = Annotated[str, typer.Option(help="measured: a job runs at the speed of the placement it got (GPU type, "
+                                              "spread, shared GPUs; fitted on real profiles); trace: for its "
+                                              "trace duration wherever it runs")]
+SharingOpt = Annotated[bool, typer.Option(help="jobs asking for a share of a GPU share GPUs; --no-sharing gives "
+                                               "each a whole GPU")]
+NetworkOpt = Annotated[str, typer.Option(help="Liquid's network term: measured (seconds lost to spread, from the "
+                                              "fitted profiles) or bandwidth (bandwidth x distance cost)")]
+PLACEMENTS = "liquid, first-fit, pack, balance, random (online), or gga, cpsat, ffd (batch windows)"
+
+
+@app.callback()
+def simulate(
+    ctx: typer.Context,
+    trace: TraceOpt = "pai2020-jobs",
+    cluster: ClusterOpt = "pai",
+    queue: Annotated[str, typer.Option(help="fifo, sjf-oracle, sjf-user, sjf-group, sjf-group-gpu, sjf-model, "
+                                            "sjf-alibaba-group-gpu, drf")] = "fifo",
+    placement: Annotated[str, typer.Option(help=PLACEMENTS)] = "liquid",
+    gpus: GpusOpt = 6500, rate: RateOpt = 0.0, jobs: JobsOpt = 20000, out: Path | None = None,
+    window: WindowOpt = 60.0, batch_limit: LimitOpt = 1.0, batch_jobs: BatchJobsOpt = 64,
+    runtime: RuntimeOpt = "measured", sharing: SharingOpt = True, network_term: NetworkOpt = "measured",
+) -> None:
+    """Replay one queue and placement policy."""
+    if ctx.invoked_subcommand is None:
+        _run(trace, cluster, gpus, rate, jobs, [(queue, placement)], out, (window, batch_limit, batch_jobs),
+             (runtime, sharing, network_term))
+
+
+@app.command("compare")
+def compare(
+    trace: TraceOpt = "pai2020-jobs", cluster: ClusterOpt = "pai", gpus: GpusOpt = 6500, rate: RateOpt = 0.0,
+    jobs: JobsOpt = 20000, out: Path | None = None,
+    queues: Annotated[str, typer.Option(help="comma-separated queue policies")] =
+    "fifo,sjf-oracle,sjf-user,sjf-group,sjf-group-gpu,sjf-model,sjf-alibaba-group-gpu",
+    placements: Annotated[str, typer.Option(help=f"comma-separated: {PLACEMENTS}")] = "liquid",
+    window: WindowOpt = 60.0, batch_limit: LimitOpt = 1.0, batch_jobs: BatchJobsOpt = 64,
+    runtime: RuntimeOpt = "measured", sharing: SharingOpt = True, network_term: NetworkOpt = "measured",
+) -> None:
+    """Several queue x placement policies on the same jobs, side by side."""
+    runs = [(q, p) for q in queues.split(",") for p in placements.split(",")]
+    _run(trace, cluster, gpus, rate, jobs, runs, out, (window, batch_limit, batch_jobs),
+         (runtime, sharing, network_term))
+
+
+def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs: list[tuple[str, str]],
+         out: Path | None, batch: tuple[float, float, int], how: tuple[str, bool, str]) -> None:
+    from placement import BATCH_POLICIES, ONLINE_POLICY_NAMES, BatchWindow, queue_policy, without_sharing
+    from training.replay.compare import NETWORK_TERMS, RUNTIMES, cluster_for, compare, openb_jobs, pai_jobs
+
+    runtime, sharing, network_term = how
+    if runtime not in RUNTIMES:
+        raise KeyError(f"unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
+    if network_term not in NETWORK_TERMS:
+        raise KeyError(f"unknown network term {network_term!r}; known: {', '.join(NETWORK_TERMS)}")
+
+    for queue, placement in runs:
+        queue_policy(queue)  # KeyError naming the known ones
+        if placement not in ONLINE_POLICY_NAMES and placement not in BATCH_POLICIES:
+            known = ", ".join([*ONLINE_POLICY_NAMES, *BATCH_POLICIES])
+            raise KeyError(f"unknown placement {placement!r}; known: {known}")
+    window = BatchWindow("ffd", every_s=batch[0], time_limit_s=batch[1], max_jobs=batch[2])
+
+    cluster, constrain = cluster_for(cluster_kind, gpus)
+    needs_model = any(q == "sjf-model" for q, _ in runs)
+    if trace == "openb2023":
+        replay = openb_jobs(limit, rate or None)
+    else:
+        replay = pai_jobs(_champion_duration_model() if needs_model else None, constrain, limit, rate or None)
+    replay = replay if sharing else without_sharing(replay)
+    folder = out or home() / "simulations" / f"{trace}-{cluster.name}-{'rate' + str(rate) if rate else 'original'}"
+    with Progress(console=console, transient=True) as progress:
+        bar = progress.add_task("replaying", total=len(replay) * len(runs))
+        done: dict[str, int] = {}
+
+        def tick(run: str, arrived: int) -> None:
+            done[run] = arrived
+            progress.update(bar, completed=sum(done.values()), description=f"replaying {run}")
+
+        summary = compare(cluster, replay, runs, folder, tick, window, runtime, network_term=network_term)
+    console.print(summary_table(summary))
+    console.print(f"summary.json, per-job CSV and plots: {folder}")
+
+
+def _champion_duration_model() -> Any:
+    from models.registry import CHAMPION
+    from service.cli.models import registry as working_registry
+
+    registry = working_registry()
+    if registry.alias_version(CHAMPION) is None:
+        raise typer.BadParameter("sjf-model needs a champion model: run `gpuplace train` then `gpuplace models "
+                                 "promote` (or leave sjf-model out of --queues)")
+    _, bundle = registry.load(CHAMPION)
+    if "duration" not in bundle.targets or bundle.targets["duration"].source != "pai2020-jobs":
+        raise typer.BadParameter("the champion has no duration model trained on pai2020-jobs")
+    return bundle.targets["duration"].estimator
+
+
+def summary_table(summary: dict[str, Any]) -> Table:
+    table = Table("queue/placement", "finished", "never fit", "mean JCT s", "median JCT s", "p95 JCT s", "mean wait s",
+                  "makespan h", "GPU alloc", "fragmentation", "user slowdown", "GPU-h lost: spread", "sharing",
+                  title=f"{summary['jobs']:,} jobs on {summary['cluster']} ({summary['gpus']:,} GPUs), "
+                        f"{summary.get('runtime', 'trace')} runtime")
+    for name, s in summary["runs"].items():
+        table.add_row(name, f"{s['finished']:,}", f"{s['never_fit']:,}", _f(s.get("jct_mean_s")),
+                      _f(s.get("jct_median_s")), _f(s.get("jct_p95_s")), _f(s.get("wait_mean_s")),
+                      _f((s.get("makespan_s") or 0) / 3600, 1), f"{s['gpu_allocation']:.3f}",
+                      f"{s['fragmentation']:.3f}", _f(s.get("user_slowdown_mean"), 2), _f(s.get("lost_spread_gpu_h")),
+                      _f(s.get("lost_share_gpu_h")))
+    return table
+
+
+def _f(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"

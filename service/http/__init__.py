@@ -1,0 +1,3 @@
+"""The REST face: the FastAPI application, its routes, request and response models, and what every handler
+shares.
+"""

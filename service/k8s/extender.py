@@ -1,0 +1,157 @@
+"""Kubernetes scheduler extender: ``POST /k8s/extender/filter``, ``/prioritize`` and ``/bind``.
+
+kube-scheduler's wire format (Go field names, ``k8s.io/kube-scheduler/extender/v1``): filter and
+prioritize receive ``{"Pod", "Nodes", "NodeNames"}``; filter answers ``{"Nodes", "NodeNames",
+"FailedNodes", "FailedAndUnresolvableNodes", "Error"}``, prioritize ``[{"Host", "Score"}]`` with
+scores 0..10, bind receives ``{"PodName", "PodNamespace", "PodUID", "Node"}`` and answers
+``{"Error"}``. Always HTTP 200: business errors go in ``Error``.
+
+Filter: can the node host the pod now (``placement.filter_nodes``: the filters every placement uses);
+a node that could not host it even empty, or that gpuplace does not manage, is unresolvable
+(preemption cannot help). Prioritize: the liquid policy's score bounded to 0..1 over the nodes asked
+about that can host the pod (``placement.score_nodes``: packing, scarce GPU types kept), times 10.
+Bind: reserves the pod's resources on the node in the state database (a placement through the
+scheduling cycle, whose policy is the node kube-scheduler chose: ``placement.place_on``), then creates
+the Binding through the Kubernetes API (``GPUPLACE_KUBE_API``); if that fails the reservation is
+released. Bind needs the pod's demand, remembered from filter by pod UID.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi import APIRouter
+from fastapi.concurrency import run_in_threadpool
+
+from placement import ClusterSnapshot, Decision, Job, Verdict, filter_nodes, place_on, score_nodes
+from service.k8s.pod import PodError, job_of_pod, pod_uid
+from service.k8s.wire import ExtenderBindingResult, ExtenderFilterResult, HostPriority
+from service.runtime import ReadRuntime, Runtime, WriteRuntime
+from service.store import End, Place, Placed, Reason, Refused
+
+router = APIRouter(prefix="/k8s/extender", tags=["kubernetes"])
+_SEEN: OrderedDict[str, Job] = OrderedDict()
+_SEEN_MAX = 10_000
+
+
+def _node_names(args: dict[str, Any]) -> list[str]:
+    if args.get("NodeNames") is not None:
+        return [str(n) for n in args["NodeNames"]]
+    items = (args.get("Nodes") or {}).get("items") or []
+    return [str((n.get("metadata") or {}).get("name", "")) for n in items]
+
+
+def _remember(pod: dict[str, Any]) -> Job:
+    job = job_of_pod(pod)
+    _SEEN[pod_uid(pod)] = job
+    _SEEN.move_to_end(pod_uid(pod))
+    while len(_SEEN) > _SEEN_MAX:
+        _SEEN.popitem(last=False)
+    return job
+
+
+@router.post("/filter", response_model=ExtenderFilterResult)
+def extender_filter(args: dict[str, Any], rt: ReadRuntime) -> dict[str, Any]:
+    names = _node_names(args)
+    try:
+        job = _remember(args.get("Pod") or {})
+    except (PodError, ValueError) as exc:
+        return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
+                "Error": str(exc)}
+    snapshot = rt.store.snapshot()
+    checked = filter_nodes(snapshot, job)
+    index = snapshot.cluster.index
+    passing, failed, unresolvable = [], {}, {}
+    for name in names:
+        machine = index.get(name)
+        if machine is None:
+            unresolvable[name] = f"node {name} is not a machine of gpuplace's cluster {snapshot.cluster.name}"
+        elif checked.ok[machine]:
+            passing.append(name)
+        elif not checked.ok_when_empty[machine]:
+            unresolvable[name] = f"{checked.reason_when_empty(machine)} (even with nothing running)"
+        else:
+            failed[name] = checked.reason(machine)
+    if args.get("NodeNames") is not None:
+        nodes: Any = None
+        node_names: Any = passing
+    else:
+        keep = set(passing)
+        items = (args.get("Nodes") or {}).get("items") or []
+        nodes = {**(args.get("Nodes") or {}),
+                 "items": [n for n in items if (n.get("metadata") or {}).get("name") in keep]}
+        node_names = None
+    return {"Nodes": nodes, "NodeNames": node_names, "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+
+
+@router.post("/prioritize", response_model=list[HostPriority])
+def extender_prioritize(args: dict[str, Any], rt: ReadRuntime) -> list[dict[str, Any]]:
+    names = _node_names(args)
+    try:
+        job = _remember(args.get("Pod") or {})
+    except (PodError, ValueError):
+        return [{"Host": n, "Score": 0} for n in names]
+    snapshot = rt.store.snapshot()
+    index = snapshot.cluster.index
+    known = [index[n] for n in names if n in index]
+    scores = dict(zip(known, score_nodes(snapshot, job, "liquid", machines=known).tolist(), strict=True))
+    return [{"Host": name, "Score": round(10 * scores[index[name]]) if name in index else 0} for name in names]
+
+
+@router.post("/bind", response_model=ExtenderBindingResult)
+async def extender_bind(args: dict[str, Any], rt: WriteRuntime) -> dict[str, str]:
+    uid, node = str(args.get("PodUID", "")), str(args.get("Node", ""))
+    name, namespace = str(args.get("PodName", "")), str(args.get("PodNamespace", "default"))
+    job = _SEEN.get(uid)
+    if job is None:
+        return {"Error": f"pod {namespace}/{name} (uid {uid}) was not seen by filter: its demand is unknown"}
+    if not rt.settings.kube_api:
+        return {"Error": "binding needs the Kubernetes API: set GPUPLACE_KUBE_API (and its token file)"}
+    match await rt.cycle.run(Place(job, OnNode(node), {"node": node})):
+        case Placed():
+            pass
+        case Refused(reason=Reason.EXISTS):
+            return {"Error": f"pod {job.job_id} is already bound"}
+        case Refused(detail=detail):
+            return {"Error": detail}
+        case other:
+            raise AssertionError(f"a bind came to {other!r}")
+    try:
+        await run_in_threadpool(_post_binding, rt, namespace, name, uid, node)
+    except httpx.HTTPError as exc:
+        await rt.cycle.run(End(job.job_id))
+        return {"Error": f"creating the Binding of {namespace}/{name} on {node} failed: {exc}"}
+    return {"Error": ""}
+
+
+@dataclass(frozen=True)
+class OnNode:
+    """The policy of a bind: the pod on ``node``, as kube-scheduler chose, if it fits there now."""
+
+    node: str
+
+    def __call__(self, snapshot: ClusterSnapshot, job: Job) -> Decision:
+        machine = snapshot.cluster.index.get(self.node)
+        if machine is None:
+            return Decision(job.job_id, "k8s-bind", Verdict.CAN_NEVER_FIT, snapshot.generation,
+                            reasons=(f"node {self.node} is not a machine of gpuplace's cluster",))
+        decision = place_on(snapshot, job, machine, "k8s-bind")
+        if not decision.placed:
+            return replace(decision, reasons=(f"pod does not fit node {self.node}: {decision.reasons[0]}",))
+        return decision
+
+
+def _post_binding(rt: Runtime, namespace: str, name: str, uid: str, node: str) -> None:
+    settings = rt.settings
+    token_file = Path(settings.kube_token_file)
+    headers = {"Authorization": f"Bearer {token_file.read_text().strip()}"} if token_file.is_file() else {}
+    verify: Any = settings.kube_ca_file if Path(settings.kube_ca_file).is_file() else True
+    body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+    url = f"{settings.kube_api.rstrip('/')}/api/v1/namespaces/{namespace}/pods/{name}/binding"
+    httpx.post(url, json=body, headers=headers, verify=verify, timeout=10).raise_for_status()

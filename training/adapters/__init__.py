@@ -1,1 +1,0 @@
-"""Source adapters: each maps one trace format into the canonical job table (``training.schema``)."""

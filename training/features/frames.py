@@ -1,0 +1,147 @@
+"""Feature frames for one target of one source, computed without leakage.
+
+A feature frame has one row per canonical row, in submission order, with:
+
+* history statistics of the target per key (``hist_*``, :mod:`training.features.history`) and activity of
+  earlier-submitted jobs per key (``act_*``, :mod:`training.features.activity`) - both causal;
+* the job's own request (``req_*``, ``instances``, ``total_gpu`` = req_gpu x instances), its GPU type
+  and role as stable integer codes, hour of day and day of week on the trace's clock;
+* numeric hyperparameters (``hp_<name>``) parsed from the ``hyperparams`` JSON text;
+* ``baseline``: the first available history median along the target's baseline chain (the causal
+  SJGG-style estimate), and ``depth``: the history depth of the target's depth key.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from placement.model.gpu_types import KNOWN_TYPES
+from training.features.activity import activity_features
+from training.features.history import STATS, HistoryState, causal_history, key_tuples
+from training.ingest.schema import ROLES
+
+GPU_CODES = {name: code for code, name in enumerate(sorted(KNOWN_TYPES))}
+REQUEST_COLUMNS = ("req_gpu", "req_cpu_cores", "req_mem_gib", "req_disk_gib", "req_net_gbps", "instances")
+MAX_HYPERPARAMS = 20
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """What to predict for a source, and which keys carry its history.
+
+    Keys are tuples of canonical columns or of the derived ``gpu_key`` (see :func:`gpu_type_key`) and
+    ``size_key`` (the job's total GPUs as text).
+    """
+
+    name: str
+    column: str
+    keys: Mapping[str, tuple[str, ...]]
+    baseline_chain: tuple[str, ...]
+    depth_key: str
+    activity_keys: tuple[str, ...] = ()
+    requests: tuple[str, ...] = REQUEST_COLUMNS
+    exclude_requests: tuple[str, ...] = field(default=())
+    censoring_matters: bool = True
+    """False for labels known in full at submission (a request): censored rows keep their label."""
+    request_baseline: str | None = None
+    """The request column that is the user's own estimate of this target (for observed usage)."""
+
+    def mean_columns(self) -> list[str]:
+        """History means along the baseline chain (what an expected value falls back on)."""
+        return [f"hist_{k}_mean" for k in self.baseline_chain]
+
+    def request_columns(self) -> list[str]:
+        return [c for c in self.requests if c not in self.exclude_requests]
+
+
+def gpu_type_key(table: pd.DataFrame) -> pd.Series:
+    """The GPU type a job is known by: its constraint if it states one, else the type it ran on."""
+    constraint: pd.Series = table["req_gpu_type"].fillna(table["assigned_gpu_type"])
+    return constraint
+
+
+def _with_keys(table: pd.DataFrame) -> pd.DataFrame:
+    total = (table["req_gpu"] * table["instances"].astype("float64")).round(3)
+    return table.assign(gpu_key=gpu_type_key(table), size_key=total.astype("string"))
+
+
+def build_features(table: pd.DataFrame, spec: TargetSpec) -> tuple[pd.DataFrame, HistoryState]:
+    """The causal feature frame of ``table`` (any row order) for ``spec``, index aligned with ``table``,
+    and the history state after every finished job (what serving starts from)."""
+    work = _with_keys(table)
+    history, state = causal_history(work, spec.column, spec.keys)
+    activity = activity_features(work, {k: spec.keys[k] for k in spec.activity_keys}) if spec.activity_keys else None
+    return _assemble(work, spec, history, activity), state
+
+
+def online_features(jobs: pd.DataFrame, spec: TargetSpec, state: HistoryState,
+                    activity: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Features of newly submitted ``jobs`` against ``state`` (all jobs finished so far).
+
+    ``activity`` holds the ``act_*`` columns of the jobs if the caller knows what is running now;
+    without it they are NaN (unknown). The service passes none yet (docs/estimators.md gives the cost).
+    """
+    work = _with_keys(jobs)
+    tuples = key_tuples(work, spec.keys)
+    stats = {name: np.array([state.lookup(name, kv) for kv in tuples[name]]).reshape(len(work), len(STATS))
+             for name in spec.keys}
+    history = pd.DataFrame({f"hist_{name}_{stat}": stats[name][:, s] for name in spec.keys
+                            for s, stat in enumerate(STATS)}, index=work.index)
+    return _assemble(work, spec, history, activity)
+
+
+def _assemble(work: pd.DataFrame, spec: TargetSpec, history: pd.DataFrame,
+              activity: pd.DataFrame | None) -> pd.DataFrame:
+    parts = [history] + ([activity] if activity is not None else [])
+    parts += [_own_features(work, spec), hyperparameter_features(work["hyperparams"])]
+    frame = pd.concat(parts, axis=1)
+    frame["baseline"] = _first_available(frame, [f"hist_{k}_median" for k in spec.baseline_chain])
+    frame["depth"] = frame[f"hist_{spec.depth_key}_n"]
+    return frame
+
+
+def _own_features(table: pd.DataFrame, spec: TargetSpec) -> pd.DataFrame:
+    own = pd.DataFrame(index=table.index)
+    for column in spec.request_columns():
+        own[column] = table[column].astype("float64")
+    if "req_gpu" in own and "instances" in own:
+        own["total_gpu"] = own["req_gpu"] * own["instances"]
+    own["gpu_type_code"] = table["gpu_key"].map(GPU_CODES).astype("float64")
+    own["role_code"] = table["role"].map({r: i for i, r in enumerate(ROLES)}).astype("float64")
+    seconds = table["submit_time_s"].to_numpy(dtype=float)
+    own["hour"] = np.floor((seconds % 86400.0) / 3600.0)
+    own["weekday"] = np.floor((seconds // 86400.0) % 7.0)
+    return own
+
+
+def hyperparameter_features(texts: pd.Series) -> pd.DataFrame:
+    """Numeric hyperparameters as ``hp_<name>`` columns (the most frequent names, at most 20)."""
+    parsed = [json.loads(t) if isinstance(t, str) else {} for t in texts.astype("object").where(texts.notna(), None)]
+    counts: dict[str, int] = {}
+    for entry in parsed:
+        for name, value in entry.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                counts[name] = counts.get(name, 0) + 1
+    names = sorted(counts, key=lambda n: (-counts[n], n))[:MAX_HYPERPARAMS]
+    data = {f"hp_{n}": [float(e[n]) if isinstance(e.get(n), int | float) else np.nan for e in parsed] for n in names}
+    return pd.DataFrame(data, index=texts.index)
+
+
+def _first_available(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
+    value = np.full(len(frame), np.nan)
+    for column in columns:
+        value = np.where(np.isnan(value), frame[column].to_numpy(dtype=float), value)
+    return value
+
+
+def target_rows(table: pd.DataFrame, spec: TargetSpec) -> np.ndarray:
+    """Rows that carry a usable label for ``spec``: present, not censored, not a failed run."""
+    has = table[spec.column].notna().to_numpy()
+    censored = table["censored"].fillna(False).to_numpy(dtype=bool) & spec.censoring_matters
+    failed = table["status"].isin(["failed", "killed"]).to_numpy(dtype=bool)
+    return np.flatnonzero(has & ~censored & ~failed)

@@ -1,0 +1,3 @@
+"""Replaying real traces: trace jobs with their estimates, comparisons of policies on real clusters, and their
+plots.
+"""

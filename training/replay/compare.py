@@ -1,0 +1,161 @@
+"""Replay comparisons on real traces: which jobs, on which cluster, with which estimates and policies.
+
+Clusters: ``pai`` (the real 1,897-machine PAI cluster, derived topology, jobs keep their GPU type),
+``big-node`` (one machine of N GPUs with 23.22 CPU cores per GPU: the setting of the PAI trace's own
+simulator; no GPU types) and ``openb`` (the openb GPU nodes). Jobs: by default the later 30% of the
+PAI job table - the part no registered model was trained on - so ``sjf-model`` is judged out of
+sample. Every run of a comparison replays exactly the same jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from models.calibrated import CalibratedEstimator
+from placement.batch.policies import BATCH_POLICIES
+from placement.model.cluster import Cluster, Machine, build_cluster
+from placement.model.cluster_io import load_cluster
+from placement.model.snapshot import Layout
+from placement.model.speed import SpeedModel
+from placement.online.greedy import PlacementConfig
+from placement.sim.engine import BatchWindow, SimResult, simulate
+from placement.sim.jobs import SimJob
+from placement.sim.metrics import summarise
+from placement.sim.queues import queue_policy
+from placement.sim.runtime import MeasuredRuntime, Runtime
+from training.ingest.sources import get_source
+from training.performance.build import fit_speed_model
+from training.replay.trace_jobs import causal_estimates, sim_jobs
+
+RuntimeFactory = Callable[[Sequence[SimJob], Layout], Runtime]
+CPU_PER_GPU = 23.22
+"""CPU cores per GPU of the big node (the PAI trace simulator's ratio)."""
+
+
+def cluster_for(kind: str, gpus: int = 6500) -> tuple[Cluster, bool]:
+    """The cluster called ``kind`` and whether jobs keep their GPU-type constraints on it."""
+    if kind == "big-node":
+        node = Machine("big-node", "ANY", gpus, gpus * CPU_PER_GPU, gpus * 64.0, gpu_mem_gib=16.0)
+        return build_cluster(f"big-node-{gpus}", [node]), False
+    if kind in ("pai", "openb", "openb-all"):
+        return load_cluster(kind), kind == "pai"
+    raise KeyError(f"unknown cluster {kind!r}; known: pai, big-node, openb, openb-all")
+
+
+def pai_jobs(model: CalibratedEstimator | None, constrain: bool, limit: int | None, arrivals_per_min: float | None,
+             holdout_share: float = 0.3, class_seed: int = 0) -> list[SimJob]:
+    """Later ``holdout_share`` of the shipped PAI job table (first ``limit`` of them), with estimates;
+    ``class_seed`` seeds the workload-class rule."""
+    table = get_source("pai2020-jobs").load()
+    estimates = causal_estimates(table, "pai2020-jobs", model)
+    order = np.argsort(table["submit_time_s"].to_numpy(), kind="stable")
+    chosen = order[int(len(order) * (1 - holdout_share)):]
+    chosen = chosen[:limit] if limit else chosen
+    return sim_jobs(table.iloc[chosen], estimates.iloc[chosen], constrain, arrivals_per_min, class_seed)
+
+
+def openb_jobs(limit: int | None, arrivals_per_min: float | None = None) -> list[SimJob]:
+    """openb pods that ran (a duration; not censored), GPU-type constraints kept, at their creation times
+    or at a fixed rate (a high rate fills the cluster, as the FGD paper's experiments do)."""
+    table = get_source("openb2023").load()
+    ran = table[table["duration_s"].notna() & ~table["censored"]].copy()
+    ran["user"] = ran["qos"]
+    ran["assigned_gpu_type"] = pd.NA
+    ran = ran.iloc[:limit] if limit else ran
+    jobs = sim_jobs(ran, pd.DataFrame(index=ran.index), constrain_types=False, arrivals_per_min=arrivals_per_min)
+    types = {str(j): frozenset(str(t).split("|")) for j, t in zip(ran["job_id"], ran["req_gpu_type"], strict=True)
+             if isinstance(t, str)}
+    return [_with_types(j, types.get(j.job_id, frozenset())) for j in jobs]
+
+
+def _with_types(job: SimJob, types: frozenset[str]) -> SimJob:
+    if not types or job.job.gpus == 0:
+        return job
+    task = replace(job.job.tasks[0], gpu_types=types)
+    return replace(job, job=replace(job.job, tasks=(task,)))
+
+
+RUNTIMES = ("measured", "trace")
+
+
+def runtime_factory(name: str, speed: SpeedModel | None = None) -> RuntimeFactory | None:
+    """What makes the replay's runtime called ``name`` (``None``: the trace runtime); ``measured`` fits the
+    job-performance model on the shipped profiles unless ``speed`` is given."""
+    if name == "trace":
+        return None
+    if name != "measured":
+        raise KeyError(f"unknown runtime {name!r}; known: {', '.join(RUNTIMES)}")
+    model = speed if speed is not None else fit_speed_model()
+
+    def make(jobs: Sequence[SimJob], layout: Layout) -> Runtime:
+        return MeasuredRuntime(jobs, layout, model)
+
+    return make
+
+
+NETWORK_TERMS = ("measured", "bandwidth")
+
+
+def placement_config(network_term: str, speed: SpeedModel | None = None) -> PlacementConfig | None:
+    """Liquid's network term: ``measured`` seconds lost to spread (fits the speed model unless given),
+    or ``bandwidth`` x distance cost (the configuration's default)."""
+    if network_term == "bandwidth":
+        return None
+    if network_term != "measured":
+        raise KeyError(f"unknown network term {network_term!r}; known: {', '.join(NETWORK_TERMS)}")
+    return PlacementConfig(speed=speed if speed is not None else fit_speed_model())
+
+
+def compare(cluster: Cluster, jobs: Sequence[SimJob], runs: Sequence[tuple[str, str]], out: Path,
+            progress: Callable[[str, int], None] | None = None, window: BatchWindow | None = None,
+            runtime: str = "trace", speed: SpeedModel | None = None,
+            network_term: str = "bandwidth") -> dict[str, Any]:
+    """Replay ``jobs`` once per (queue policy, placement policy); write summary JSON, per-job CSV, plots.
+
+    A placement named after a batch policy (``gga``, ``cpsat``, ``ffd``) replays with batch windows
+    (``window``'s settings, that policy) instead of online placement. ``runtime``: how long a started job
+    runs (``trace`` or ``measured``, see ``placement.sim.runtime``); ``network_term``: Liquid's (see
+    :func:`placement_config`).
+    """
+    from training.replay.plots import allocation_over_time, jct_cdf
+
+    out.mkdir(parents=True, exist_ok=True)
+    if speed is None and "measured" in (runtime, network_term):
+        speed = fit_speed_model()
+    make_runtime = runtime_factory(runtime, speed)
+    config = placement_config(network_term, speed)
+    results: dict[str, SimResult] = {}
+    summary: dict[str, Any] = {"cluster": cluster.name, "gpus": cluster.total_gpus, "jobs": len(jobs),
+                               "runtime": runtime, "network_term": network_term, "runs": {}}
+    for queue, placement in runs:
+        name = f"{queue}/{placement}"
+        tick = (lambda n, label=name: progress(label, n)) if progress else None
+        batch = replace(window or BatchWindow(), policy=placement) if placement in BATCH_POLICIES else None
+        result = simulate(cluster, jobs, "liquid" if batch else placement, queue_policy(queue), config,
+                          progress=tick, batch=batch, runtime=make_runtime)
+        results[name] = result
+        summary["runs"][name] = _finite(summarise(result)) | (
+            {"batch_window": asdict(batch), "batch_stops": dict(result.batch_stops)} if batch else {})
+        _records_csv(result, out / f"jobs-{queue}-{placement}.csv")
+    summary["never_fit"] = [{"job_id": r.job_id, "reasons": list(r.reasons)}
+                            for r in next(iter(results.values())).records if r.never_fits][:50]
+    summary["plots"] = [str(jct_cdf(results, out / "jct_cdf.png")),
+                        str(allocation_over_time(results, out / "allocation.png"))]
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _records_csv(result: SimResult, path: Path) -> None:
+    pd.DataFrame([r.__dict__ for r in result.records]).drop(columns=["reasons"]).to_csv(path, index=False)
+
+
+def _finite(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in values.items()}
