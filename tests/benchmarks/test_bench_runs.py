@@ -96,3 +96,16 @@ def test_needs_benchmark_runs_and_writes_its_figures(tmp_path: Path) -> None:
     for name in ("needs-memory.png", "needs-epoch.png", "needs-spread.png"):
         assert (tmp_path / name).stat().st_size > 0
     assert "Held-out errors" in proc.stdout
+
+
+@pytest.mark.slow
+def test_comparing_with_a_commit_runs_both_sides() -> None:
+    # this checkout against its own HEAD: the decisions of both sides are the same
+    command = [sys.executable, "tests/benchmarks/compare_commits.py", "HEAD", "--bench", "placement", "--rounds", "1",
+               "--", "--fast"]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    assert "round 1/1: head" in proc.stderr and "round 1/1: base" in proc.stderr
+    placed = [line for line in proc.stdout.splitlines() if line.startswith("online.policies.liquid.placed")]
+    assert len(placed) == 1 and placed[0].rstrip().endswith("same"), proc.stdout
+    assert "online.policies.liquid.p99_ms" in proc.stdout
