@@ -37,20 +37,28 @@ class Chain:
 
     def passing(self, usage: Usage) -> BoolArray:
         """Per machine: whether it passes every filter (a new array, the caller's to change)."""
+        return self.masks(usage)[0]
+
+    def masks(self, usage: Usage) -> tuple[BoolArray, list[BoolArray]]:
+        """:meth:`passing`, and each filter's mask in order (for :meth:`codes`, while the usage is unchanged)."""
         masks = [f.mask(usage, self.need) for _, f in self.coded]
         if not masks:
-            return usage.layout.derived.all_machines.copy()
+            return usage.layout.derived.all_machines.copy(), masks
         ok = masks[0] & masks[1] if len(masks) > 1 else masks[0].copy()
         for mask in masks[2:]:
             ok &= mask
-        return ok
+        return ok, masks
 
     def first_failing(self, usage: Usage) -> IntArray:
         """Per machine: the code of the first filter it fails, 0 if none (later filters written first)."""
-        codes = np.zeros(len(usage.layout.cpu_cap), dtype=np.int64)
-        for code, f in reversed(self.coded):
-            codes = np.where(~f.mask(usage, self.need), code, codes)
-        return codes.astype(np.int64)
+        return self.codes([f.mask(usage, self.need) for _, f in self.coded], len(usage.layout.cpu_cap))
+
+    def codes(self, masks: list[BoolArray], machines: int) -> IntArray:
+        """:meth:`first_failing` from the filters' masks (as :meth:`masks` gives them)."""
+        codes = np.zeros(machines, dtype=np.int64)
+        for (code, _), mask in zip(reversed(self.coded), reversed(masks), strict=True):
+            codes[~mask] = code  # an earlier filter, written later, wins
+        return codes
 
     def passes_at(self, usage: Usage, machine: int) -> bool:
         """Whether ``machine`` passes every filter (:meth:`passing` for one machine)."""

@@ -29,8 +29,10 @@ def failure_reasons(snapshot: ClusterSnapshot, job: Job, task_index: int, candid
     # job's instances placed before this one: those took them, and that is what ruled the machines out.
     found = SnapshotUsage(snapshot, free_whole=candidates.free_whole)
     codes = candidates.reason
-    standing = [code for code, f in CODED if f.standing]
-    allowed = ~np.isin(codes, standing)
+    allowed = np.ones(len(codes), dtype=bool)
+    for code, f in CODED:
+        if f.standing:
+            allowed &= codes != code
     short: list[tuple[int, str]] = []
     facts: list[str] = []
     for code, f in CODED:

@@ -61,6 +61,8 @@ class WorkingState:
         self.n_machines = len(self.cpu)
         self._share = snapshot.machine_share.copy()
         self._touched: list[int] = []  # machines changed by take, in order (for incremental candidates)
+        self._changes = 0
+        """Takes and restores so far: filter masks worked out at one count hold while it stays."""
         self._cache: dict[Need, tuple[int, Candidates, Chain]] = {}
 
     def remember(self, key: Hashable, make: Callable[[], T]) -> T:
@@ -78,6 +80,7 @@ class WorkingState:
             a.copy() for a in saved)
         self._share = allocated_share(self.layout, self.machine_milli, self.cpu)
         self._cache.clear()
+        self._changes += 1
 
     def candidates(self, need: Need) -> Candidates:
         """Which machines can host one more instance of ``need`` now, and why not.
@@ -88,7 +91,10 @@ class WorkingState:
         cached = self._cache.get(need)
         if cached is None:
             chain = chain_for(need)
-            result = Candidates(chain.passing(self), self.free_whole.copy(), lambda: chain.first_failing(self))
+            ok, masks = chain.masks(self)
+            changes = self._changes
+            result = Candidates(ok, self.free_whole.copy(), lambda: chain.codes(masks, self.n_machines)
+                                if self._changes == changes else chain.first_failing(self))
         else:
             seen, result, chain = cached
             for m in set(self._touched[seen:]):
@@ -130,6 +136,7 @@ class WorkingState:
         self._share[machine] = (self.machine_milli[machine] / (gpus * MILLI) if gpus
                                 else self.cpu[machine] / max(int(layout.cpu_cap[machine]), 1))
         self._touched.append(machine)
+        self._changes += 1
         return placed
 
     def _take_small(self, machine: int, task_index: int, need: Need, count: int,
