@@ -14,7 +14,7 @@ import numpy as np
 
 from placement.filters.base import UNBOUNDED, Usage, most
 from placement.model.feasibility import Need
-from placement.model.layout import MIB_PER_GIB, MILLI, BoolArray, IntArray
+from placement.model.layout import MIB_PER_GIB, MILLI, BoolArray, IntArray, frozen
 
 FEW_GPUS_PER_MACHINE = 64
 """Up to this many GPUs a machine's GPUs are handled as Python integers (faster than numpy calls);
@@ -25,7 +25,11 @@ def share_mem_per_gpu(caps: IntArray, need: Need) -> IntArray:
     """GPU memory (MiB) one share of ``need`` takes on each GPU of memory ``caps``."""
     if need.gpu_mem_mib >= 0:
         return np.full(len(caps), need.gpu_mem_mib)
-    per_gpu: IntArray = np.ceil(need.share_mem * caps - 1e-9).astype(np.int64)
+    return _proportional(caps, need.share_mem)
+
+
+def _proportional(caps: IntArray, share: float) -> IntArray:
+    per_gpu: IntArray = np.ceil(share * caps - 1e-9).astype(np.int64)
     return per_gpu
 
 
@@ -75,9 +79,11 @@ class GpuShare:
             return usage.layout.derived.all_machines
         layout = usage.layout
         cap = layout.gpu_mem_cap
-        mem_need = need.gpu_mem_mib if need.gpu_mem_mib >= 0 else np.ceil(need.share_mem * cap - 1e-9)
+        mem_need = (need.gpu_mem_mib if need.gpu_mem_mib >= 0 else  # the same few shares come again and again
+                    layout.derived.share_mem.get(need.share_mem, lambda: frozen(_proportional(cap, need.share_mem))))
         on_gpu = (usage.gpu_milli + need.gpu_milli <= MILLI) & (usage.gpu_mem + mem_need <= cap) & (cap > 0)
-        fits: BoolArray = np.bincount(layout.gpu_machine, weights=on_gpu, minlength=len(layout.cpu_cap)) > 0
+        fits: BoolArray = np.zeros(len(layout.cpu_cap), dtype=bool)
+        fits[layout.gpu_machine[on_gpu]] = True  # a machine passes if any of its GPUs does
         return fits
 
     def fits_at(self, usage: Usage, need: Need, machine: int) -> bool:

@@ -136,7 +136,8 @@ class Derived:
     """What the policies work out from one layout, worked out once (see the module docstring).
 
     The fixed entries are built when first read; the keyed tables are filled by the modules that
-    compute them (``placement.filters.gpu_type`` the type masks and rooms, ``placement.online.greedy`` the tiers
+    compute them (``placement.filters.gpu_type`` the type masks and rooms, ``placement.filters.gpu_share`` the
+    share memory, ``placement.online.greedy`` the tiers
     and the empty-cluster verdicts, ``placement.online.type_cost`` the type costs, ``placement.model.snapshot`` the
     empty snapshot).
     """
@@ -155,6 +156,8 @@ class Derived:
         """Whether a job of these tasks fits the cluster with nothing allocated."""
         self.empty_snapshot: ClusterSnapshot | None = None
         """The cluster's snapshot with nothing allocated."""
+        self.share_mem: Table[float, IntArray] = Table(1024)
+        """Per GPU, the memory (MiB) a share of the key (a fraction of a GPU, proportional memory) takes."""
 
     @cached_property
     def places(self) -> Places:
