@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from placement import MILLI, InputError, load_cluster
 from service.codec import cluster_from_json
 from service.estimator import EstimatorHolder, Registry, settle_heap
+from service.http import errors
 from service.http.jobs import router as jobs_router
 from service.http.responses import (
     ClusterLoadedOut,
@@ -107,6 +108,7 @@ def create_app(settings: Settings | None = None, rt: Runtime | None = None) -> F
                   description="Resource estimates and placement of deep-learning jobs on a GPU cluster.",
                   routes=[*jobs_router.routes, *k8s_router.routes, *_router.routes])
     app.add_middleware(LimitsAndMetrics, max_body=settings.max_body_bytes)
+    errors.install(app)
     return app
 
 

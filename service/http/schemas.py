@@ -22,19 +22,36 @@ Name = Annotated[str, StringConstraints(pattern=r"^[^\x00-\x1f\x7f]{1,128}$")]
 GpuType = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]{1,32}$")]
 
 
+MAX_INSTANCES_PER_JOB = 4096
+"""Instances of one job, over all its tasks: more than the largest cluster shipped has GPUs would take,
+and few enough that placing one stays within tens of milliseconds on the event loop."""
+MAX_INSTANCES_PER_BATCH = 20_000
+"""Instances of one batch placement, over all its jobs."""
+
+
 def _amount(limit: float, description: str) -> Any:
-    return Field(0.0, ge=0.0, le=limit, allow_inf_nan=False, description=description)
+    # strict: ``true`` is not one GPU, nor ``"4"`` four cores
+    return Field(0.0, ge=0.0, le=limit, allow_inf_nan=False, strict=True, description=description)
+
+
+def _printable(text: str) -> bool:
+    """No control characters, and encodable as UTF-8 (no lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return not any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
 
 
 class TaskIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     role: Role = Role.WORKER
-    instances: int = Field(1, ge=1, le=10_000)
+    instances: int = Field(1, ge=1, le=MAX_INSTANCES_PER_JOB, strict=True)
     gpu: float = _amount(64, "GPUs per instance: a whole count, or a share of one GPU below 1")
     cpu_cores: float = _amount(4096, "CPU cores per instance")
     mem_gib: float = _amount(65_536, "host memory per instance, GiB")
-    gpu_mem_gib: float | None = Field(None, ge=0.0, le=1024, allow_inf_nan=False,
+    gpu_mem_gib: float | None = Field(None, ge=0.0, le=1024, allow_inf_nan=False, strict=True,
                                       description="GPU memory per GPU used, GiB; null = proportional to the share")
     bandwidth_gbps: float = _amount(1_000, "network bandwidth per instance, Gbit/s")
     gpu_types: list[GpuType] = Field(default_factory=list, max_length=16, description="any-of; empty = any")
@@ -62,16 +79,29 @@ class JobIn(BaseModel):
     workload: Name | None = None
     app: Name | None = None
     qos: Name | None = None
-    hyperparams: dict[Annotated[str, StringConstraints(max_length=64)], int | float | str] | None = Field(
+    hyperparams: dict[Annotated[str, StringConstraints(max_length=64)],
+                      int | float | Annotated[str, StringConstraints(max_length=256)]] | None = Field(
         None, max_length=64, description="what the job trains, in the vocabulary of training.needs.vocabulary "
                                          "(model_family, parameters, activations, layers, batch_size, precision, "
                                          "optimizer, ...); unknown keys and wrong types are refused")
     tasks: list[TaskIn] = Field(min_length=1, max_length=64)
 
+    @field_validator("tasks")
+    @classmethod
+    def _bounded(cls, tasks: list[TaskIn]) -> list[TaskIn]:
+        total = sum(t.instances for t in tasks)
+        if total > MAX_INSTANCES_PER_JOB:
+            raise ValueError(f"tasks: {total:,} instances in all; a job has at most {MAX_INSTANCES_PER_JOB:,}")
+        return tasks
+
     @field_validator("hyperparams", mode="before")
     @classmethod
     def _vocabulary(cls, value: object) -> object:
         if isinstance(value, dict):
+            for key, stated in value.items():  # before any message quotes them: pydantic's cannot hold these
+                for text in (key, stated):
+                    if isinstance(text, str) and not _printable(text):
+                        raise ValueError(f"hyperparams: {text!r} has a control character or is not valid UTF-8")
             return validate_hyperparams(value)
         return value
 
@@ -107,7 +137,7 @@ def _peak_gpu_mem_p90_gib(answer: NeedsAnswer | None) -> float | None:
 
 
 class PlaceIn(JobIn):
-    dry_run: bool = Field(False, description="decide and explain, store nothing")
+    dry_run: bool = Field(False, strict=True, description="decide and explain, store nothing")
     policy: str | None = Field(None, max_length=32, description="online policy; default the service's")
 
 
@@ -118,8 +148,8 @@ UsageKey = Literal["gpu", "gpu_mem_gib", "cpu_cores", "mem_gib", "net_gbps"]
 class CompleteIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    duration_s: float = Field(ge=0.0, le=365 * 86_400, allow_inf_nan=False)
-    usage: dict[UsageKey, Annotated[float, Field(ge=0.0, allow_inf_nan=False)]] = Field(
+    duration_s: float = Field(ge=0.0, le=365 * 86_400, allow_inf_nan=False, strict=True)
+    usage: dict[UsageKey, Annotated[float, Field(ge=0.0, allow_inf_nan=False, strict=True)]] = Field(
         default_factory=dict, description="observed usage per instance: gpu (share of one GPU), gpu_mem_gib, "
                                           "cpu_cores, mem_gib, net_gbps")
 
@@ -129,10 +159,10 @@ class MachineIn(BaseModel):
 
     name: Name
     gpu_type: GpuType
-    gpus: int = Field(ge=0, le=10_000)
-    cpu_cores: float = Field(gt=0.0, le=100_000, allow_inf_nan=False)
-    mem_gib: float = Field(gt=0.0, le=1e7, allow_inf_nan=False)
-    gpu_mem_gib: float | None = Field(None, gt=0.0, le=1024, allow_inf_nan=False)
+    gpus: int = Field(ge=0, le=10_000, strict=True)
+    cpu_cores: float = Field(gt=0.0, le=100_000, allow_inf_nan=False, strict=True)
+    mem_gib: float = Field(gt=0.0, le=1e7, allow_inf_nan=False, strict=True)
+    gpu_mem_gib: float | None = Field(None, gt=0.0, le=1024, allow_inf_nan=False, strict=True)
 
 
 class ClusterIn(BaseModel):
@@ -144,7 +174,7 @@ class ClusterIn(BaseModel):
     machines: list[MachineIn] | None = Field(None, max_length=100_000)
     machine_racks: list[tuple[Name, Name]] | None = None
     rack_domains: list[tuple[Name, Name]] | None = None
-    force: bool = Field(False, description="evict running jobs that would not fit the new spec")
+    force: bool = Field(False, strict=True, description="evict running jobs that would not fit the new spec")
 
     @model_validator(mode="after")
     def _topology_whole(self) -> ClusterIn:
@@ -162,13 +192,16 @@ class BatchIn(BaseModel):
 
     jobs: list[JobIn] = Field(min_length=1, max_length=500)
     policy: Annotated[str, StringConstraints(pattern=r"^(gga|cpsat|ffd)$")] = "gga"
-    time_limit_s: float = Field(1.0, gt=0.0, le=60.0, allow_inf_nan=False)
-    seed: int = Field(0, ge=0, le=2**31 - 1)
-    dry_run: bool = False
+    time_limit_s: float = Field(1.0, gt=0.0, le=60.0, allow_inf_nan=False, strict=True)
+    seed: int = Field(0, ge=0, le=2**31 - 1, strict=True)
+    dry_run: bool = Field(False, strict=True)
 
     @model_validator(mode="after")
     def _distinct(self) -> BatchIn:
         ids = [j.job_id for j in self.jobs]
         if len(set(ids)) != len(ids):
             raise ValueError("jobs: job ids must be distinct within a batch")
+        total = sum(t.instances for j in self.jobs for t in j.tasks)
+        if total > MAX_INSTANCES_PER_BATCH:
+            raise ValueError(f"jobs: {total:,} instances in all; a batch has at most {MAX_INSTANCES_PER_BATCH:,}")
         return self

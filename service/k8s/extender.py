@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException
 from fastapi.concurrency import run_in_threadpool
 
 from placement import ClusterSnapshot, Decision, Job, Verdict, filter_nodes, place_on, score_nodes
-from service.k8s.pod import PodError, job_of_pod, pod_uid
+from service.k8s.pod import PodError, job_of_pod, object_at, pod_uid
 from service.k8s.wire import ExtenderBindingResult, ExtenderFilterResult, HostPriority
 from service.runtime import ReadRuntime, Runtime, WriteRuntime
 from service.store import End, Place, Placed, Reason, Refused
@@ -39,13 +39,23 @@ _SEEN_MAX = 10_000
 
 
 def _node_names(args: dict[str, Any]) -> list[str]:
-    if args.get("NodeNames") is not None:
-        return [str(n) for n in args["NodeNames"]]
-    items = (args.get("Nodes") or {}).get("items") or []
-    return [str((n.get("metadata") or {}).get("name", "")) for n in items]
+    """The nodes asked about: ``NodeNames``, else the names of ``Nodes.items``; :class:`HTTPException`
+    422 naming the field if neither can be read."""
+    try:
+        names = args.get("NodeNames")
+        if names is not None:
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise PodError(f"NodeNames: expected a list of node names, got {str(names)[:80]!r}")
+            return names
+        items = object_at(args.get("Nodes"), "Nodes").get("items")
+        nodes = [object_at(n, f"Nodes.items[{i}]") for i, n in enumerate(items if isinstance(items, list) else [])]
+        return [str(object_at(n.get("metadata"), "Nodes.items[].metadata").get("name", "")) for n in nodes]
+    except PodError as exc:
+        raise HTTPException(422, str(exc)) from exc
 
 
-def _remember(pod: dict[str, Any]) -> Job:
+def _remember(value: Any) -> Job:
+    pod = object_at(value, "Pod")
     job = job_of_pod(pod)
     _SEEN[pod_uid(pod)] = job
     _SEEN.move_to_end(pod_uid(pod))
@@ -58,7 +68,7 @@ def _remember(pod: dict[str, Any]) -> Job:
 def extender_filter(args: dict[str, Any], rt: ReadRuntime) -> dict[str, Any]:
     names = _node_names(args)
     try:
-        job = _remember(args.get("Pod") or {})
+        job = _remember(args.get("Pod"))
     except (PodError, ValueError) as exc:
         return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
                 "Error": str(exc)}
@@ -93,7 +103,7 @@ def extender_filter(args: dict[str, Any], rt: ReadRuntime) -> dict[str, Any]:
 def extender_prioritize(args: dict[str, Any], rt: ReadRuntime) -> list[dict[str, Any]]:
     names = _node_names(args)
     try:
-        job = _remember(args.get("Pod") or {})
+        job = _remember(args.get("Pod"))
     except (PodError, ValueError):
         return [{"Host": n, "Score": 0} for n in names]
     snapshot = rt.store.snapshot()

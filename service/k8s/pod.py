@@ -37,21 +37,42 @@ def quantity(text: str | int | float, field: str) -> float:
     return float(match.group(1)) * _SUFFIX[match.group(2) or ""]
 
 
+def object_at(value: Any, field: str) -> dict[str, Any]:
+    """``value`` if it is a JSON object (absent or null: an empty one); else :class:`PodError` naming ``field``."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise PodError(f"{field}: expected an object, got {type(value).__name__} {str(value)[:80]!r}")
+    return value
+
+
+def _list_at(value: Any, field: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise PodError(f"{field}: expected a list, got {type(value).__name__} {str(value)[:80]!r}")
+    return value
+
+
 def pod_uid(pod: dict[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
+    meta = object_at(pod.get("metadata"), "Pod.metadata")
     uid = meta.get("uid") or f"{meta.get('namespace', 'default')}-{meta.get('name', '')}"
     return str(uid)
 
 
-def job_of_pod(pod: dict[str, Any]) -> Job:
-    meta = pod.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    containers = (pod.get("spec") or {}).get("containers") or []
+def job_of_pod(pod: Any) -> Job:
+    """The job of ``pod`` (a JSON object as the API server sends it); :class:`PodError` naming the field
+    that cannot be read."""
+    pod = object_at(pod, "Pod")
+    meta = object_at(pod.get("metadata"), "Pod.metadata")
+    annotations = object_at(meta.get("annotations"), "Pod.metadata.annotations")
+    containers = _list_at(object_at(pod.get("spec"), "Pod.spec").get("containers"), "Pod.spec.containers")
     gpus = cpu = mem = 0.0
     for i, container in enumerate(containers):
-        resources = container.get("resources") or {}
-        limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
-        where = f"spec.containers[{i}].resources"
+        where = f"Pod.spec.containers[{i}].resources"
+        resources = object_at(object_at(container, f"Pod.spec.containers[{i}]").get("resources"), where)
+        limits = object_at(resources.get("limits"), f"{where}.limits")
+        requests = object_at(resources.get("requests"), f"{where}.requests")
         gpu_text = limits.get(GPU_RESOURCE, requests.get(GPU_RESOURCE))
         gpus += quantity(gpu_text, f"{where}.limits.{GPU_RESOURCE}") if gpu_text is not None else 0.0
         cpu += quantity(requests["cpu"], f"{where}.requests.cpu") if "cpu" in requests else 0.0
