@@ -13,29 +13,29 @@ about that can host the pod (``placement.score_nodes``: packing, scarce GPU type
 Bind: reserves the pod's resources on the node in the state database (a placement through the
 scheduling cycle, whose policy is the node kube-scheduler chose: ``placement.place_on``), then creates
 the Binding through the Kubernetes API (``GPUPLACE_KUBE_API``); if that fails the reservation is
-released. Bind needs the pod's demand, remembered from filter by pod UID.
+released. Bind reads the pod's demand from the pod the API server holds, never from what a caller said
+at filter time: filter and prioritize are unauthenticated (kube-scheduler sends no key), so anyone may
+call them with any pod.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from fastapi import APIRouter, HTTPException
 from fastapi.concurrency import run_in_threadpool
 
 from placement import ClusterSnapshot, Decision, Job, Verdict, filter_nodes, place_on, score_nodes
-from service.k8s.pod import PodError, job_of_pod, object_at, pod_uid
+from service.k8s.pod import PodError, job_of_pod, object_at
 from service.k8s.wire import ExtenderBindingResult, ExtenderFilterResult, HostPriority
 from service.runtime import ReadRuntime, Runtime, WriteRuntime
 from service.store import End, Place, Placed, Reason, Refused
 
 router = APIRouter(prefix="/k8s/extender", tags=["kubernetes"])
-_SEEN: OrderedDict[str, Job] = OrderedDict()
-_SEEN_MAX = 10_000
 
 
 def _node_names(args: dict[str, Any]) -> list[str]:
@@ -54,21 +54,15 @@ def _node_names(args: dict[str, Any]) -> list[str]:
         raise HTTPException(422, str(exc)) from exc
 
 
-def _remember(value: Any) -> Job:
-    pod = object_at(value, "Pod")
-    job = job_of_pod(pod)
-    _SEEN[pod_uid(pod)] = job
-    _SEEN.move_to_end(pod_uid(pod))
-    while len(_SEEN) > _SEEN_MAX:
-        _SEEN.popitem(last=False)
-    return job
+def _job_of(value: Any) -> Job:
+    return job_of_pod(object_at(value, "Pod"))
 
 
 @router.post("/filter", response_model=ExtenderFilterResult)
 def extender_filter(args: dict[str, Any], rt: ReadRuntime) -> dict[str, Any]:
     names = _node_names(args)
     try:
-        job = _remember(args.get("Pod"))
+        job = _job_of(args.get("Pod"))
     except (PodError, ValueError) as exc:
         return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
                 "Error": str(exc)}
@@ -103,7 +97,7 @@ def extender_filter(args: dict[str, Any], rt: ReadRuntime) -> dict[str, Any]:
 def extender_prioritize(args: dict[str, Any], rt: ReadRuntime) -> list[dict[str, Any]]:
     names = _node_names(args)
     try:
-        job = _remember(args.get("Pod"))
+        job = _job_of(args.get("Pod"))
     except (PodError, ValueError):
         return [{"Host": n, "Score": 0} for n in names]
     snapshot = rt.store.snapshot()
@@ -117,11 +111,12 @@ def extender_prioritize(args: dict[str, Any], rt: ReadRuntime) -> list[dict[str,
 async def extender_bind(args: dict[str, Any], rt: WriteRuntime) -> dict[str, str]:
     uid, node = str(args.get("PodUID", "")), str(args.get("Node", ""))
     name, namespace = str(args.get("PodName", "")), str(args.get("PodNamespace", "default"))
-    job = _SEEN.get(uid)
-    if job is None:
-        return {"Error": f"pod {namespace}/{name} (uid {uid}) was not seen by filter: its demand is unknown"}
     if not rt.settings.kube_api:
         return {"Error": "binding needs the Kubernetes API: set GPUPLACE_KUBE_API (and its token file)"}
+    try:
+        job = job_of_pod(await run_in_threadpool(_held_pod, rt, namespace, name, uid))
+    except (httpx.HTTPError, PodError) as exc:
+        return {"Error": f"reading pod {namespace}/{name} from the Kubernetes API failed: {exc}"}
     match await rt.cycle.run(Place(job, OnNode(node), {"node": node})):
         case Placed():
             pass
@@ -156,12 +151,33 @@ class OnNode:
         return decision
 
 
-def _post_binding(rt: Runtime, namespace: str, name: str, uid: str, node: str) -> None:
+def _kube_api(rt: Runtime) -> httpx.Client:
     settings = rt.settings
     token_file = Path(settings.kube_token_file)
     headers = {"Authorization": f"Bearer {token_file.read_text().strip()}"} if token_file.is_file() else {}
     verify: Any = settings.kube_ca_file if Path(settings.kube_ca_file).is_file() else True
+    return httpx.Client(base_url=settings.kube_api.rstrip("/"), headers=headers, verify=verify, timeout=10)
+
+
+def _pod_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+
+
+def _held_pod(rt: Runtime, namespace: str, name: str, uid: str) -> dict[str, Any]:
+    """The pod as the API server holds it; :class:`PodError` if it is another pod of the same name (a
+    pod deleted and created again since kube-scheduler asked)."""
+    with _kube_api(rt) as api:
+        reply = api.get(_pod_path(namespace, name))
+        reply.raise_for_status()
+    pod = object_at(reply.json(), "Pod")
+    held = object_at(pod.get("metadata"), "Pod.metadata").get("uid")
+    if held != uid:
+        raise PodError(f"the API server's pod {namespace}/{name} has uid {held!r}, not {uid!r}")
+    return pod
+
+
+def _post_binding(rt: Runtime, namespace: str, name: str, uid: str, node: str) -> None:
     body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-    url = f"{settings.kube_api.rstrip('/')}/api/v1/namespaces/{namespace}/pods/{name}/binding"
-    httpx.post(url, json=body, headers=headers, verify=verify, timeout=10).raise_for_status()
+    with _kube_api(rt) as api:
+        api.post(f"{_pod_path(namespace, name)}/binding", json=body).raise_for_status()

@@ -27,8 +27,17 @@ KEY = {"X-API-Key": API_KEY}
 
 
 class Recorder(BaseHTTPRequestHandler):
+    """The Kubernetes API's pods (``held``, by path) and the Bindings posted to it (``calls``)."""
+
     calls: ClassVar[list[tuple[str, dict[str, Any]]]] = []
+    held: ClassVar[dict[str, dict[str, Any]]] = {}
     status = 201
+
+    def do_GET(self) -> None:
+        pod = Recorder.held.get(self.path)
+        self.send_response(200 if pod is not None else 404)
+        self.end_headers()
+        self.wfile.write(json.dumps(pod or {"kind": "Status", "reason": "NotFound"}).encode())
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -101,6 +110,13 @@ def pod(uid: str, gpus: int | None = 2, annotations: dict[str, str] | None = Non
                                                                    "requests": {"cpu": cpu, "memory": "8Gi"}}}]}}
 
 
+def held(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec``, now a pod the API server holds."""
+    meta = spec["metadata"]
+    Recorder.held[f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"] = spec
+    return spec
+
+
 def machines_of(server: Server, gpu_type: str, min_gpus: int = 2) -> list[str]:
     cluster = httpx.get(f"{server.url}/v1/cluster").json()
     return [m["name"] for m in cluster["per_machine"] if m["gpu_type"] == gpu_type and m["gpus"] >= min_gpus]
@@ -156,7 +172,8 @@ def test_prioritize_scores_between_0_and_10(server: Server) -> None:
 
 def test_bind_reserves_then_creates_the_binding(server: Server) -> None:
     node = machines_of(server, "V100")[1]
-    httpx.post(f"{server.url}/k8s/extender/filter", json={"Pod": pod("b1", name="trainer-0"), "NodeNames": [node]})
+    httpx.post(f"{server.url}/k8s/extender/filter", json={"Pod": held(pod("b1", name="trainer-0")),
+                                                          "NodeNames": [node]})
     Recorder.calls.clear()
     answer = httpx.post(f"{server.url}/k8s/extender/bind", headers=KEY, json={
         "PodName": "trainer-0", "PodNamespace": "team-a", "PodUID": "b1", "Node": node}).json()
@@ -171,7 +188,7 @@ def test_bind_reserves_then_creates_the_binding(server: Server) -> None:
 
 def test_bind_releases_the_reservation_when_the_api_refuses(server: Server) -> None:
     node = machines_of(server, "V100")[2]
-    httpx.post(f"{server.url}/k8s/extender/filter", json={"Pod": pod("b2"), "NodeNames": [node]})
+    httpx.post(f"{server.url}/k8s/extender/filter", json={"Pod": held(pod("b2")), "NodeNames": [node]})
     Recorder.status = 500
     try:
         answer = httpx.post(f"{server.url}/k8s/extender/bind", headers=KEY, json={
@@ -182,7 +199,32 @@ def test_bind_releases_the_reservation_when_the_api_refuses(server: Server) -> N
     assert httpx.get(f"{server.url}/v1/jobs/pod-b2").json()["state"] == "released"
     unknown = httpx.post(f"{server.url}/k8s/extender/bind", headers=KEY, json={
         "PodName": "ghost", "PodNamespace": "team-a", "PodUID": "ghost", "Node": node}).json()
-    assert "not seen by filter" in unknown["Error"]
+    assert "reading pod team-a/ghost from the Kubernetes API failed" in unknown["Error"]
+    assert httpx.get(f"{server.url}/v1/jobs/pod-ghost").status_code == 404
+
+
+def test_bind_takes_the_demand_of_the_pod_the_api_server_holds(server: Server) -> None:
+    """Filter is unauthenticated: whatever a caller said there, bind reserves what the pod asks for."""
+    node = machines_of(server, "V100", min_gpus=8)[0]
+    held(pod("t1", gpus=1))
+    for gpus in (1, 8):  # a second caller's filter with the same uid and a larger demand
+        httpx.post(f"{server.url}/k8s/extender/filter", json={"Pod": pod("t1", gpus=gpus), "NodeNames": [node]})
+    for i in range(50):  # and a flood of other pods: nothing is remembered that bind depends on
+        httpx.post(f"{server.url}/k8s/extender/filter", json={"Pod": pod(f"flood-{i}"), "NodeNames": [node]})
+    answer = httpx.post(f"{server.url}/k8s/extender/bind", headers=KEY, json={
+        "PodName": "t1", "PodNamespace": "team-a", "PodUID": "t1", "Node": node}).json()
+    assert answer == {"Error": ""}
+    gpus = httpx.get(f"{server.url}/v1/jobs/pod-t1").json()["allocation"]["instances"][0]["gpus"]
+    assert len(gpus) == 1
+
+
+def test_bind_refuses_a_pod_the_api_server_holds_under_another_uid(server: Server) -> None:
+    node = machines_of(server, "V100")[5]
+    held(pod("u-new", name="reborn"))
+    answer = httpx.post(f"{server.url}/k8s/extender/bind", headers=KEY, json={
+        "PodName": "reborn", "PodNamespace": "team-a", "PodUID": "u-old", "Node": node}).json()
+    assert "has uid 'u-new', not 'u-old'" in answer["Error"]
+    assert httpx.get(f"{server.url}/v1/jobs/pod-u-old").status_code == 404
 
 
 def test_bind_on_the_api_port_needs_an_api_key(server: Server) -> None:
@@ -198,7 +240,7 @@ def test_bind_on_the_api_port_needs_an_api_key(server: Server) -> None:
 def test_the_extender_listener_takes_certified_calls_without_a_key(server: Server, pki: Pki) -> None:
     node = machines_of(server, "V100")[4]
     with pki.client(signed_by=pki.ca) as scheduler:
-        fits = scheduler.post(f"{extender_url(server)}/filter", json={"Pod": pod("c1", name="worker-0"),
+        fits = scheduler.post(f"{extender_url(server)}/filter", json={"Pod": held(pod("c1", name="worker-0")),
                                                                       "NodeNames": [node]}).json()
         assert fits["Error"] == "" and fits["NodeNames"] == [node]
         Recorder.calls.clear()
