@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -11,6 +12,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,3 +157,29 @@ def cache_rows(metrics: str, version: str | None = None) -> tuple[int, int]:
                 if sample.name.endswith("_total") and version in (None, sample.labels["version"]):
                     counts[sample.labels["result"]] += int(sample.value)
     return counts["hit"], counts["miss"]
+
+
+def independent_check(database_url: str, expected: dict[str, dict[str, Any]]) -> None:
+    """Read the database directly and recount: no GPU over 1000 milli or its memory, no machine over its
+    CPU or memory, and exactly the acknowledged, unreleased allocations running."""
+    engine = sa.create_engine(database_url)
+    with engine.connect() as conn:
+        spec = json.loads(conn.execute(sa.text("SELECT cluster FROM cluster_spec")).scalar_one())
+        rows = conn.execute(sa.text("SELECT job_id, allocation FROM jobs WHERE state = 'running'")).all()
+    engine.dispose()
+    machines = {m["name"]: m for m in spec["machines"]}
+    gpu: dict[tuple[str, int], int] = defaultdict(int)
+    cpu: dict[str, int] = defaultdict(int)
+    mem: dict[str, int] = defaultdict(int)
+    running = {job_id: json.loads(allocation) for job_id, allocation in rows}
+    for allocation in running.values():
+        for p in allocation["instances"]:
+            cpu[p["machine"]] += p["cpu_milli"]
+            mem[p["machine"]] += p["mem_mib"]
+            for g in p["gpus"]:
+                assert 0 <= g < machines[p["machine"]]["gpus"]
+                gpu[(p["machine"], g)] += p["gpu_milli"]
+    assert all(v <= 1000 for v in gpu.values())
+    assert all(v <= machines[m]["cpu_cores"] * 1000 for m, v in cpu.items())
+    assert all(v <= machines[m]["mem_gib"] * 1024 for m, v in mem.items())
+    assert running == expected

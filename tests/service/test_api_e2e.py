@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import json
 import threading
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import sqlalchemy as sa
 
-from tests.service.conftest import API_KEY, Server, server_env
+from tests.service.conftest import API_KEY, Server, independent_check, server_env
 
 KEY = {"X-API-Key": API_KEY}
 
@@ -242,30 +240,4 @@ def test_sixteen_clients_on_two_processes_never_over_allocate(tmp_path: Path, da
     finally:
         started.stop()
     assert not failures, failures[:3]
-    _independent_check(database_url, {j: a for j, a in acknowledged.items() if j not in released})
-
-
-def _independent_check(database_url: str, expected: dict[str, dict[str, Any]]) -> None:
-    """Read the database directly and recount: no GPU over 1000 milli or its memory, no machine over its
-    CPU or memory, and exactly the acknowledged, unreleased allocations running."""
-    engine = sa.create_engine(database_url)
-    with engine.connect() as conn:
-        spec = json.loads(conn.execute(sa.text("SELECT cluster FROM cluster_spec")).scalar_one())
-        rows = conn.execute(sa.text("SELECT job_id, allocation FROM jobs WHERE state = 'running'")).all()
-    engine.dispose()
-    machines = {m["name"]: m for m in spec["machines"]}
-    gpu: dict[tuple[str, int], int] = defaultdict(int)
-    cpu: dict[str, int] = defaultdict(int)
-    mem: dict[str, int] = defaultdict(int)
-    running = {job_id: json.loads(allocation) for job_id, allocation in rows}
-    for allocation in running.values():
-        for p in allocation["instances"]:
-            cpu[p["machine"]] += p["cpu_milli"]
-            mem[p["machine"]] += p["mem_mib"]
-            for g in p["gpus"]:
-                assert 0 <= g < machines[p["machine"]]["gpus"]
-                gpu[(p["machine"], g)] += p["gpu_milli"]
-    assert all(v <= 1000 for v in gpu.values())
-    assert all(v <= machines[m]["cpu_cores"] * 1000 for m, v in cpu.items())
-    assert all(v <= machines[m]["mem_gib"] * 1024 for m, v in mem.items())
-    assert running == expected
+    independent_check(database_url, {j: a for j, a in acknowledged.items() if j not in released})
