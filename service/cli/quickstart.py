@@ -149,7 +149,9 @@ def _service(port: int) -> Iterator[str]:
                 process.kill()
 
 
-def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path, timeout_s: float = 120.0) -> None:
+def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path, timeout_s: float = 900.0) -> None:
+    """Poll until the service is ready; generous, because a loaded machine may take minutes to import and
+    load a model, and a process that exits is noticed at once anyway."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -160,7 +162,8 @@ def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path, timeout_s
         except httpx.HTTPError:
             pass
         time.sleep(0.3)
-    raise RuntimeError(f"the service did not become ready within {timeout_s:.0f} s; see {log}")
+    raise RuntimeError(f"the service did not become ready within {timeout_s:.0f} s; the end of its log ({log}):\n"
+                       f"{log.read_text()[-2000:]}")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -66,32 +67,42 @@ class Server:
     env: dict[str, str]
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, *args: str, log: Path | None = None, timeout_s: float = 90.0) -> Server:
-        """Start ``gpuplace serve`` with extra ``args`` (e.g. ``--workers 2``); stderr to ``log`` if given."""
-        err = log.open("wb") if log is not None else subprocess.PIPE
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port), *args], env=self.env,
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
+    def start(self, *args: str, log: Path | None = None, timeout_s: float = 600.0) -> Server:
+        """Start ``gpuplace serve`` with extra ``args`` (e.g. ``--workers 2``) and wait until it answers;
+        its stderr goes to ``log`` (a temporary file if not given: a pipe nobody reads would fill and
+        stall the server). The deadline is generous: on a loaded machine start-up takes minutes, and an
+        exit is noticed at once. If it does not come up, it is stopped and its stderr is in the error."""
+        if log is None:
+            handle, name = tempfile.mkstemp(prefix="gpuplace-server-", suffix=".log")
+            os.close(handle)
+            log = Path(name)
+        self.log = log
+        with log.open("wb") as err:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port), *args], env=self.env,
+                cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
+        _STARTED.append(self)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"server exited: {self._stderr(log)}")
+                raise RuntimeError(f"server exited with code {self.process.returncode}: {self.stderr()}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                if httpx.get(f"{self.url}/healthz", timeout=5.0).status_code == 200:
                     return self
             except httpx.HTTPError:
-                time.sleep(0.2)
-        raise RuntimeError(f"server did not answer /healthz in time: {self._stderr(log) if log else ''}")
+                time.sleep(0.3)
+        self.stop()
+        raise RuntimeError(f"server did not answer /healthz within {timeout_s:.0f} s: {self.stderr()}")
 
-    def _stderr(self, log: Path | None) -> str:
-        if log is not None:
-            return log.read_text()[-3000:]
-        return self.process.stderr.read().decode()[-2000:] if self.process and self.process.stderr else ""
+    def stderr(self) -> str:
+        """The end of what the server wrote to stderr."""
+        return self.log.read_text(errors="replace")[-3000:] if self.log is not None else ""
 
     def kill(self) -> None:
         """kill -9: no shutdown handlers run."""
@@ -106,6 +117,17 @@ class Server:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+_STARTED: list[Server] = []
+"""Every server a test started: stopped when the session ends, whatever the tests did."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_server_outlives_the_tests() -> Iterator[None]:
+    yield
+    for server in _STARTED:
+        server.stop()
 
 
 API_KEY = "test-key-9f2c"
