@@ -38,6 +38,7 @@ from service.http.responses import (
 )
 from service.http.schemas import ClusterIn
 from service.k8s.extender import router as k8s_router
+from service.problems import ANYWHERE, problems
 from service.runtime import ReadRuntime, Runtime, RuntimeDep, WriteRuntime
 from service.settings import Settings
 from service.store import Refused, Replace, Replaced, open_store
@@ -184,7 +185,7 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
     return again
 
 
-_router = APIRouter()
+_router = APIRouter(responses=problems(*ANYWHERE))
 
 
 @_router.get("/healthz", tags=["health"])
@@ -243,7 +244,7 @@ def _cluster_out(rt: Runtime) -> ClusterOut:
                       gpu_types=list(layout.gpu_types), per_machine=machines)
 
 
-@_router.put("/v1/cluster", tags=["cluster"])
+@_router.put("/v1/cluster", tags=["cluster"], responses=problems(409))
 def put_cluster(body: ClusterIn, rt: WriteRuntime) -> ClusterLoadedOut:
     """Load a cluster spec (a shipped name, or machines with optional racks and domains). Refused (409)
     while running jobs would not fit it, unless ``force``, which evicts those jobs. Written from this

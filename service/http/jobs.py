@@ -23,10 +23,11 @@ from service.http.responses import (
     ReleasedOut,
 )
 from service.http.schemas import BatchIn, CompleteIn, JobId, JobIn, PlaceIn
+from service.problems import ANYWHERE, problems
 from service.runtime import ReadRuntime, Runtime, WriteRuntime
 from service.store import COMPLETED, RELEASED, Completion, End, Ended, Place, Placed, Reason, Refused
 
-router = APIRouter(prefix="/v1", tags=["jobs"])
+router = APIRouter(prefix="/v1", tags=["jobs"], responses=problems(*ANYWHERE, 404, 409))
 
 
 def estimate_many(rt: Runtime, jobs: list[JobIn]) -> list[JobEstimate]:

@@ -220,3 +220,4 @@ class ModelsOut(_Answer):
     degraded: bool
     last_error: str | None
     loaded_at: float | None = Field(description="when the answering version was loaded (Unix time, s)")
+

@@ -32,10 +32,11 @@ from fastapi.concurrency import run_in_threadpool
 from placement import ClusterSnapshot, Decision, Job, Verdict, filter_nodes, place_on, score_nodes
 from service.k8s.pod import PodError, job_of_pod, object_at
 from service.k8s.wire import ExtenderBindingResult, ExtenderFilterResult, HostPriority
+from service.problems import ANYWHERE, problems
 from service.runtime import ReadRuntime, Runtime, WriteRuntime
 from service.store import End, Place, Placed, Reason, Refused
 
-router = APIRouter(prefix="/k8s/extender", tags=["kubernetes"])
+router = APIRouter(prefix="/k8s/extender", tags=["kubernetes"], responses=problems(*ANYWHERE))
 
 
 def _node_names(args: dict[str, Any]) -> list[str]:
