@@ -11,7 +11,9 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv
-	$(UV) pip install --quiet --python $(PY) -r requirements.lock
+	# bytecode compiled once here: with PYTHONDONTWRITEBYTECODE set, as on CI machines, every process
+	# (each server a test starts) would otherwise compile its libraries from source again
+	$(UV) pip install --quiet --compile-bytecode --python $(PY) -r requirements.lock
 	$(UV) pip install --quiet --python $(PY) --no-deps -e .
 	touch $@
 
