@@ -1,10 +1,11 @@
 """Loading clusters: the machine-list files (PAI v2020 spec, openb v2023 node lists) and the shipped clusters.
 
 Both loaders read with the stdlib ``csv`` module, check every field and raise ``ClusterSpecError``
-naming the 1-based file line, the column and the bad value. Checked: the file exists; each row has
-the right number of fields; numbers are numbers, finite and not negative; GPU counts are whole;
-the GPU type is one of ``placement.model.gpu_types.KNOWN_TYPES``; a GPU type comes with GPUs and GPUs
-with a GPU type; machine names are non-empty and unique. Blank lines are skipped.
+naming the 1-based file line, the column and the bad value. Checked: the file exists and is UTF-8
+text; each row has the right number of fields; numbers are numbers, finite and not negative; GPU
+counts are whole; the GPU type is one of ``placement.model.gpu_types.KNOWN_TYPES``; a GPU type comes
+with GPUs and GPUs with a GPU type; machine names are non-empty and unique; there is at least one
+machine. Blank lines are skipped.
 
 Shipped clusters (``CLUSTERS``) live under the data dir: ``$GPUPLACE_DATA_DIR`` if set, else the
 repository's ``data/`` folder.
@@ -12,6 +13,7 @@ repository's ``data/`` folder.
 
 from __future__ import annotations
 
+import _csv
 import csv
 import math
 import os
@@ -19,11 +21,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import NamedTuple, TextIO
 
 from placement.model.cluster import Cluster, Machine, build_cluster
 from placement.model.errors import ClusterSpecError
 from placement.model.gpu_types import CPU_ONLY, KNOWN_TYPES
+from placement.model.text_files import not_utf8_error, refuse_non_text
 from placement.model.topology import DEFAULT_RACK_SIZE, DEFAULT_RACKS_PER_DOMAIN, load_topology_yaml
 
 PAI_COLUMNS = ("machine", "gpu_type", "cap_cpu", "cap_mem", "cap_gpu")
@@ -33,6 +36,9 @@ OPENB_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 """Header of the openb ``openb_node_list_*.csv`` files."""
 
 DATA_DIR_ENV = "GPUPLACE_DATA_DIR"
+
+_SHOWN_CHARS = 120
+"""At most this much of a malformed line goes into its error: enough to recognise it, not a screenful."""
 
 MachineLoader = Callable[[str | Path], tuple[Machine, ...]]
 
@@ -69,28 +75,41 @@ class _Row:
         return int(value)
 
 
-def _rows(path: str | Path, columns: tuple[str, ...], has_header: bool) -> Iterator[_Row]:
+def _open_text(path: str | Path) -> TextIO:
+    refuse_non_text(path, ClusterSpecError)
     try:
-        handle = open(path, encoding="utf-8-sig", newline="")  # noqa: SIM115 (closed by the with below)
+        return open(path, encoding="utf-8-sig", newline="")
     except FileNotFoundError:
         raise ClusterSpecError(str(path), "file not found") from None
     except OSError as exc:
         raise ClusterSpecError(str(path), f"cannot read the file: {exc}") from None
-    with handle:
+
+
+def _rows(path: str | Path, columns: tuple[str, ...], has_header: bool) -> Iterator[_Row]:
+    with _open_text(path) as handle:
         reader = csv.reader(handle)
-        if has_header:
-            header = next(reader, None)
-            if header is None or [h.strip() for h in header] != list(columns):
-                got = ",".join(header) if header is not None else "an empty file"
-                raise ClusterSpecError(str(path), f"expected the header {','.join(columns)}", 1, None, got)
-        for fields in reader:
-            if not fields or fields == [""]:
-                continue
-            if len(fields) != len(columns):
-                problem = f"expected {len(columns)} fields ({','.join(columns)}), got {len(fields)}"
-                raise ClusterSpecError(str(path), problem, reader.line_num, None, ",".join(fields))
-            values = {column: text.strip() for column, text in zip(columns, fields, strict=True)}
-            yield _Row(str(path), reader.line_num, values)
+        try:
+            yield from _checked_rows(reader, str(path), columns, has_header)
+        except UnicodeDecodeError as exc:  # binary data, or text saved as UTF-16
+            raise not_utf8_error(path, ClusterSpecError, exc) from None
+        except csv.Error as exc:
+            raise ClusterSpecError(str(path), f"not a well-formed CSV file: {exc}", reader.line_num) from None
+
+
+def _checked_rows(reader: _csv.Reader, path: str, columns: tuple[str, ...], has_header: bool) -> Iterator[_Row]:
+    if has_header:
+        header = next(reader, None)
+        if header is None or [h.strip() for h in header] != list(columns):
+            got = ",".join(header) if header is not None else "an empty file"
+            raise ClusterSpecError(path, f"expected the header {','.join(columns)}", 1, None, got)
+    for fields in reader:
+        if not fields or fields == [""]:
+            continue
+        if len(fields) != len(columns):
+            problem = f"expected {len(columns)} fields ({','.join(columns)}), got {len(fields)}"
+            raise ClusterSpecError(path, problem, reader.line_num, None, ",".join(fields)[:_SHOWN_CHARS])
+        values = {column: text.strip() for column, text in zip(columns, fields, strict=True)}
+        yield _Row(path, reader.line_num, values)
 
 
 def _check_type(row: _Row, gpu_type: str, gpus: int, type_column: str, gpus_column: str) -> None:
@@ -104,8 +123,9 @@ def _check_type(row: _Row, gpu_type: str, gpus: int, type_column: str, gpus_colu
         raise row.error(gpus_column, f"{type_column} {gpu_type} needs at least one GPU", gpus_text)
 
 
-def _collect(rows: Iterator[_Row], name_column: str, make: Callable[[_Row], Machine]) -> tuple[Machine, ...]:
-    """Machines from ``rows``, checking that names are non-empty and unique."""
+def _collect(path: str | Path, rows: Iterator[_Row], name_column: str,
+             make: Callable[[_Row], Machine]) -> tuple[Machine, ...]:
+    """Machines from ``rows`` of the file ``path``: at least one, with non-empty, unique names."""
     first_line: dict[str, int] = {}
     machines: list[Machine] = []
     for row in rows:
@@ -116,6 +136,8 @@ def _collect(rows: Iterator[_Row], name_column: str, make: Callable[[_Row], Mach
             raise row.error(name_column, f"duplicate machine name (first on line {first_line[name]})", name)
         first_line[name] = row.line
         machines.append(make(row))
+    if not machines:  # a cluster of nothing would place no job and report it as "does not fit"
+        raise ClusterSpecError(str(path), "the file lists no machines: a cluster needs at least one machine row")
     return tuple(machines)
 
 
@@ -143,7 +165,7 @@ def load_pai_machine_spec(path: str | Path) -> tuple[Machine, ...]:
     ``cap_cpu`` is cores, ``cap_mem`` GB (taken as GiB), ``cap_gpu`` the GPU count; gpu_type ``CPU``
     marks a CPU-only machine. File order is kept.
     """
-    return _collect(_rows(path, PAI_COLUMNS, has_header=False), "machine", _pai_machine)
+    return _collect(path, _rows(path, PAI_COLUMNS, has_header=False), "machine", _pai_machine)
 
 
 def load_openb_nodes(path: str | Path) -> tuple[Machine, ...]:
@@ -152,18 +174,16 @@ def load_openb_nodes(path: str | Path) -> tuple[Machine, ...]:
     ``cpu_milli / 1000`` is cores, ``memory_mib / 1024`` GiB, ``gpu`` the GPU count, ``model`` the
     GPU type (empty with 0 GPUs: CPU-only). File order is kept.
     """
-    return _collect(_rows(path, OPENB_COLUMNS, has_header=True), "sn", _openb_machine)
+    return _collect(path, _rows(path, OPENB_COLUMNS, has_header=True), "sn", _openb_machine)
 
 
 def load_machine_file(path: str | Path) -> tuple[Machine, ...]:
     """Machines of either format: a file whose first line is the openb header is openb, else PAI."""
-    try:
-        with open(path, encoding="utf-8-sig") as handle:
+    with _open_text(path) as handle:
+        try:
             first = handle.readline().strip()
-    except FileNotFoundError:
-        raise ClusterSpecError(str(path), "file not found") from None
-    except OSError as exc:
-        raise ClusterSpecError(str(path), f"cannot read the file: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise not_utf8_error(path, ClusterSpecError, exc) from None
     if first.replace(" ", "") == ",".join(OPENB_COLUMNS):
         return load_openb_nodes(path)
     return load_pai_machine_spec(path)

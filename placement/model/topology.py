@@ -31,8 +31,9 @@ the default rule, not keys of the file::
 
 Domain and rack names are non-empty and unique (rack names across the whole file); each domain
 has at least one rack and each rack at least one machine; every machine of the cluster is listed
-exactly once. Any violation raises ``TopologyError`` naming the 1-based line (the line-aware checks
-live in ``placement.model.topology_yaml``). See also ``docs/topology.md``.
+exactly once. Any violation raises ``TopologyError`` naming the 1-based line, and for a YAML syntax
+error the column too (the line-aware checks live in ``placement.model.topology_yaml``). See also
+``docs/topology.md``.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ from typing import Protocol
 import yaml
 
 from placement.model.errors import TopologyError
-from placement.model.topology_yaml import parse_topology_nodes
+from placement.model.text_files import not_utf8_error, refuse_non_text
+from placement.model.topology_yaml import compose_topology, parse_topology_nodes
 
 DEFAULT_DISTANCE_COST: tuple[float, float, float, float] = (0.0, 1.0, 4.0, 40.0)
 """Cost per distance level: same machine, same rack, same domain, across domains."""
@@ -182,14 +184,7 @@ def parse_topology_yaml(text: str, machine_names: Iterable[str], path: str = "<s
 
     ``path`` only labels the errors.
     """
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        raise TopologyError(path, f"not valid YAML: {exc.problem or exc.context}", line) from exc
-    except yaml.YAMLError as exc:
-        raise TopologyError(path, f"not valid YAML: {exc}") from exc
+    root = compose_topology(text, path)
     machine_racks, rack_domains = parse_topology_nodes(root, frozenset(machine_names), path)
     return Topology(machine_racks, rack_domains)
 
@@ -199,11 +194,14 @@ def load_topology_yaml(path: str | Path, machine_names: Iterable[str]) -> Topolo
 
     Raises ``TopologyError`` for a missing or invalid file (see the module docstring for the format).
     """
+    refuse_non_text(path, TopologyError)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise TopologyError(str(path), "file not found") from exc
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:  # binary data, or text saved as UTF-16
+        raise not_utf8_error(path, TopologyError, exc) from exc
+    except OSError as exc:
         raise TopologyError(str(path), f"cannot read the file: {exc}") from exc
     return parse_topology_yaml(text, machine_names, str(path))
 

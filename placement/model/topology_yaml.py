@@ -1,8 +1,8 @@
-"""Checking a composed topology YAML tree (format in ``placement.model.topology``), naming the line of each problem.
+"""Checking a topology YAML file (format in ``placement.model.topology``), naming the line of each problem.
 
-Works on ``yaml.compose`` nodes rather than loaded Python objects so that every error can name the
-1-based line of the node at fault. Scalars are read as their raw text, so a machine named ``0123``
-stays ``"0123"``.
+A syntax error names its line and column too. The checks work on ``yaml.compose`` nodes rather than
+loaded Python objects so that every error can name the 1-based line of the node at fault. Scalars
+are read as their raw text, so a machine named ``0123`` stays ``"0123"``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,43 @@ _OPTIONS = frozenset({"rack_size", "racks_per_domain"})
 
 def _line(node: yaml.Node) -> int:
     return int(node.start_mark.line) + 1
+
+
+def compose_topology(text: str, path: str) -> yaml.Node | None:
+    """The YAML tree of ``text`` (``None`` if it holds no document); a ``TopologyError`` on a syntax error."""
+    try:
+        return yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.reader.ReaderError as exc:
+        raise _forbidden_character(exc, text, path) from exc
+    except yaml.MarkedYAMLError as exc:
+        raise _syntax_error(exc, path) from exc
+    except yaml.YAMLError as exc:
+        raise TopologyError(path, f"not valid YAML: {exc}") from exc
+
+
+def _forbidden_character(exc: yaml.reader.ReaderError, text: str, path: str) -> TopologyError:
+    # the reader knows only the character's offset in the text, so its line is counted here
+    line = text.count("\n", 0, exc.position) + 1
+    column = exc.position - text.rfind("\n", 0, exc.position)
+    code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+    return TopologyError(path, f"not valid YAML at column {column}: unacceptable character #x{code:04x}: {exc.reason}",
+                         line)
+
+
+def _syntax_error(exc: yaml.MarkedYAMLError, path: str) -> TopologyError:
+    mark = exc.problem_mark or exc.context_mark
+    if mark is None:
+        return TopologyError(path, f"not valid YAML: {exc.problem or exc.context}")
+    problem = f"not valid YAML at column {mark.column + 1}: {exc.problem or exc.context}"
+    return TopologyError(path, problem + _where_it_began(exc, mark), mark.line + 1)
+
+
+def _where_it_began(exc: yaml.MarkedYAMLError, mark: yaml.Mark) -> str:
+    """Where an unfinished construct (a quote, a bracket) began: the parser gives up only at its end."""
+    began = exc.context_mark
+    if not (exc.problem and exc.context and began) or (began.line, began.column) == (mark.line, mark.column):
+        return ""
+    return f" ({exc.context} that starts on line {began.line + 1}, column {began.column + 1})"
 
 
 @dataclass

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from placement.model.text_files import not_utf8_error, refuse_non_text
 from training.ingest.errors import DataError
 
 
@@ -19,7 +20,12 @@ def read_header_file(path: Path) -> list[str]:
     """Column names from a one-line ``.header`` file (the PAI v2020 convention)."""
     if not path.is_file():
         raise DataError(path, "header file not found")
-    names = [n.strip() for n in path.read_text().strip().split(",")]
+    refuse_non_text(path, DataError)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:  # binary data, or text saved as UTF-16
+        raise not_utf8_error(path, DataError, exc) from exc
+    names = [n.strip() for n in text.strip().split(",")]
     if not names or any(not n for n in names):
         raise DataError(path, "header line has an empty column name", 1)
     return names
@@ -29,11 +35,13 @@ def read_text_csv(path: Path, required: Sequence[str], names: Sequence[str] | No
     """Read ``path`` with every cell as text (empty cells as NA).
 
     With ``names`` the file has no header line and these are its columns; otherwise the first line
-    is the header. Raises :class:`DataError` for a missing file or a missing required column.
+    is the header. Raises :class:`DataError` for a missing file, one that is not UTF-8 text, one
+    without data rows, or a missing required column.
     The result carries ``attrs['first_line']``: the file line of row 0.
     """
     if not path.is_file():
         raise DataError(path, "file not found")
+    refuse_non_text(path, DataError)
     try:
         frame = pd.read_csv(
             path,
@@ -48,10 +56,14 @@ def read_text_csv(path: Path, required: Sequence[str], names: Sequence[str] | No
         raise DataError(path, f"not a well-formed CSV file: {exc}") from exc
     except pd.errors.EmptyDataError as exc:
         raise DataError(path, "file is empty") from exc
+    except UnicodeDecodeError as exc:  # binary data, or text saved as UTF-16
+        raise not_utf8_error(path, DataError, exc) from exc
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise DataError(path, f"missing column(s) {', '.join(missing)}; found {', '.join(map(str, frame.columns))}",
                         column=missing[0])
+    if frame.empty:  # a table of nothing would pass every check and train or describe nothing
+        raise DataError(path, "no data rows" + ("" if names is not None else ": the file has only its header line"))
     frame.attrs["first_line"] = 1 if names is not None else 2
     return frame
 

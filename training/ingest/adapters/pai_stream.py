@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from placement.model.text_files import not_utf8_error, refuse_non_text
 from training.ingest.errors import DataError
 from training.ingest.readers import read_header_file
 
@@ -29,6 +30,7 @@ def table_files(directory: Path, table: str, header_dirs: Sequence[Path]) -> tup
     path = directory / f"{table}.csv"
     if not path.is_file():
         raise DataError(path, f"file not found (the PAI table {table} is needed)")
+    refuse_non_text(path, DataError)
     for head_dir in header_dirs:
         header = head_dir / f"{table}.header"
         if header.is_file():
@@ -145,16 +147,28 @@ def _convert(types: dict[str, pa.DataType]) -> pacsv.ConvertOptions:
 def locate_bad_row(path: Path, names: list[str], types: dict[str, pa.DataType], cause: Exception) -> DataError:
     """Scan ``path`` to find the first line pyarrow could not read; a :class:`DataError` naming it."""
     numeric = {names.index(c): c for c, t in types.items() if pa.types.is_floating(t) or pa.types.is_integer(t)}
-    with path.open(newline="") as handle:
-        for line, row in enumerate(csv.reader(handle), start=1):
-            if len(row) != len(names):
-                return DataError(path, f"expected {len(names)} fields (from the header file), found {len(row)}",
-                                 line, None, ",".join(row)[:120])
-            for index, column in numeric.items():
-                cell = row[index]
-                if cell and not _is_number(cell):
-                    return DataError(path, f"{column} is not a number", line, column, cell)
-    return DataError(path, f"unreadable CSV: {cause}")
+    with path.open(encoding="utf-8", newline="") as handle:
+        try:
+            found = _first_bad_row(csv.reader(handle), path, names, numeric)
+        except UnicodeDecodeError as exc:  # pyarrow's "invalid UTF8": binary data, or text saved as UTF-16
+            return not_utf8_error(path, DataError, exc)
+        except csv.Error as exc:
+            return DataError(path, f"not a well-formed CSV file: {exc}")
+    return found or DataError(path, f"unreadable CSV: {cause}")
+
+
+def _first_bad_row(rows: Iterator[list[str]], path: Path, names: list[str],
+                   numeric: dict[int, str]) -> DataError | None:
+    """A :class:`DataError` for the first row with the wrong field count or a non-number in ``numeric``."""
+    for line, row in enumerate(rows, start=1):
+        if len(row) != len(names):
+            return DataError(path, f"expected {len(names)} fields (from the header file), found {len(row)}",
+                             line, None, ",".join(row)[:120])
+        for index, column in numeric.items():
+            cell = row[index]
+            if cell and not _is_number(cell):
+                return DataError(path, f"{column} is not a number", line, column, cell)
+    return None
 
 
 def _is_number(text: str) -> bool:
