@@ -9,13 +9,21 @@ what the service answers with. An alias move is one registry call, so a promotio
 from __future__ import annotations
 
 import logging
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import mlflow
 from mlflow import MlflowClient
-from mlflow.exceptions import MlflowException
+from mlflow.environment_variables import (
+    MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR,
+    MLFLOW_HTTP_REQUEST_BACKOFF_JITTER,
+    MLFLOW_HTTP_REQUEST_MAX_RETRIES,
+    MLFLOW_HTTP_REQUEST_TIMEOUT,
+)
+from mlflow.exceptions import MlflowException, RestException
 
 CHAMPION = "champion"
 CHALLENGER = "challenger"
@@ -23,6 +31,19 @@ DEFAULT_NAME = "gpuplace-estimators"
 EXPERIMENT = "gpuplace"
 
 log = logging.getLogger(__name__)
+_NOT_FOUND = frozenset({"RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"})
+"""MLflow's error codes for "no such registered model" and "no version carries that alias": answers, not
+failures."""
+
+
+class RegistryUnavailable(ConnectionError):
+    """The registry did not answer, or answered with an error: not the same as "no such alias"."""
+
+
+def redacted(uri: str) -> str:
+    """``uri`` (or a message quoting it) without the user and password a URL may carry, for messages
+    that ``/readyz`` shows to anyone."""
+    return re.sub(r"//[^/@\s]+@", "//***@", uri)
 
 
 @dataclass(frozen=True)
@@ -61,11 +82,26 @@ class ModelRegistry:
         return str(self.client.create_experiment(EXPERIMENT, artifact_location=location))
 
     def alias_version(self, alias: str) -> str | None:
-        """The version that carries ``alias``, or ``None``."""
+        """The version that carries ``alias``, or ``None``; :class:`RegistryUnavailable` when the registry
+        cannot tell (a server that is down must not read as "no model yet")."""
         try:
             return str(self.client.get_model_version_by_alias(self.name, alias).version)
-        except MlflowException:
-            return None
+        except MlflowException as exc:
+            if exc.error_code in _NOT_FOUND:
+                return None
+            what = "answered with an error" if isinstance(exc, RestException) else "unreachable"
+            failure = f"model registry at {self.tracking_uri} {what}: {exc.message}"
+            raise RegistryUnavailable(redacted(failure)) from exc
+
+    @staticmethod
+    def bound_requests(timeout_s: int, retries: int) -> None:
+        """Give up on an HTTP registry after ``retries`` retries of ``timeout_s`` each, a second or two
+        apart (MLflow's defaults keep a client retrying for about four minutes). MLflow reads these
+        settings from the environment at every request, so they hold for the whole process; any already
+        set there are kept."""
+        for setting, value in ((MLFLOW_HTTP_REQUEST_TIMEOUT, timeout_s), (MLFLOW_HTTP_REQUEST_MAX_RETRIES, retries),
+                               (MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR, 1), (MLFLOW_HTTP_REQUEST_BACKOFF_JITTER, 0.5)):
+            os.environ.setdefault(setting.name, str(value))
 
     def set_alias(self, alias: str, version: str) -> None:
         self.client.set_registered_model_alias(self.name, alias, version)

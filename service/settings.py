@@ -22,7 +22,9 @@ class Settings(BaseSettings):
     prediction_cache_rows: int = Field(
         50_000, ge=0, description="answers the estimator keeps per target for job descriptions seen again; "
                                   "0 = ask the model every time")
-    model_poll_s: float = Field(60.0, ge=0.0, description="how often to look for a new champion; 0 = never")
+    model_poll_s: float = Field(60.0, ge=0.0, description="how often to look for a new champion; 0 = never "
+                                                         "(a registry unreachable while no model answers is "
+                                                         "retried regardless)")
     cluster: str = Field("pai", description="cluster loaded into an empty database: a shipped name or a file")
     topology: str = Field("", description="topology YAML for that cluster (default: the derived rule)")
     policy: str = Field("liquid", description="default online placement policy")

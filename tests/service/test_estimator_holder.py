@@ -4,40 +4,61 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
+import threading
+import time
 import weakref
 from collections.abc import Sequence
 
+import pytest
+
 from models.estimate import CacheCounts, JobRecord, Quantiles, TaskEstimate
-from service.estimator import HEURISTIC, EstimatorHolder, Loaded
+from service.estimator import HEURISTIC, PROBE, EstimatorHolder, Loaded
 
 
 class FakeEstimator:
-    """Stands in for a registered version: answers with its own version."""
+    """Stands in for a registered version: answers with its own version (``fault``: raises, or answers NaN);
+    every record it is asked counts as a cache miss."""
 
-    def __init__(self, version: str) -> None:
-        self.version = version
+    def __init__(self, version: str, fault: str | None = None) -> None:
+        self.version, self.fault = version, fault
+        self.asked = 0
 
     def predict(self, records: Sequence[JobRecord]) -> list[TaskEstimate]:
-        return [TaskEstimate(self.version, {"duration": Quantiles(60.0, 60.0, 120.0, "s")}) for _ in records]
+        self.asked += len(records)
+        if self.fault == "raise":
+            raise IndexError("index 1000000 is out of bounds for axis 1 with size 40")
+        p90 = math.nan if self.fault == "nan" else 120.0
+        return [TaskEstimate(self.version, {"duration": Quantiles(60.0, 60.0, p90, "s")}) for _ in records]
 
     def cache_counts(self) -> CacheCounts:
-        return CacheCounts(0, 0)
+        return CacheCounts(0, self.asked)
 
 
 class FakeRegistry:
+    """Versions by number; ``broken``: cannot be loaded; ``faults``: load, then fail as asked; ``down``: the
+    registry does not answer; ``silent``: it does not answer until set."""
+
     def __init__(self) -> None:
         self.alias: str | None = None
         self.broken: set[str] = set()
+        self.faults: dict[str, str] = {}
+        self.down = False
+        self.silent: threading.Event | None = None
         self.loads = 0
 
     def alias_version(self, alias: str) -> str | None:
+        if self.silent is not None:
+            self.silent.wait()
+        if self.down:
+            raise ConnectionError("model registry at http://127.0.0.1:1 unreachable: Connection refused")
         return self.alias
 
     def load(self, alias_or_version: str) -> tuple[str, FakeEstimator]:
         self.loads += 1
         if alias_or_version in self.broken:
             raise OSError(f"artifact of version {alias_or_version} is unreadable")
-        return alias_or_version, FakeEstimator(alias_or_version)
+        return alias_or_version, FakeEstimator(alias_or_version, self.faults.get(alias_or_version))
 
 
 def test_without_a_model_the_heuristic_answers_with_the_request() -> None:
@@ -83,6 +104,92 @@ def test_reload_swaps_when_the_alias_moves_and_keeps_the_last_good_on_failure() 
     registry.broken = set()
     assert holder.reload() == "2" and not holder.degraded
     assert holder.predict([{}])[0].model_version == "2"
+
+
+def test_a_version_that_fails_its_probe_is_refused_and_the_last_good_keeps_answering() -> None:
+    registry = FakeRegistry()
+    holder = EstimatorHolder(registry, "champion")
+    registry.alias, registry.faults = "1", {"2": "raise", "3": "nan"}
+    assert holder.reload() == "1" and not holder.degraded
+    for version, why in (("2", "raised IndexError: index 1000000"), ("3", "not a finite non-negative number")):
+        registry.alias = version
+        assert holder.reload() == "1" and holder.degraded and holder.refused == version
+        assert f"version {version} of 'champion' refused: predicting the probe jobs" in (holder.last_error or "")
+        assert why in (holder.last_error or "") and (holder.last_error or "").endswith("version 1 answers")
+        assert holder.predict([{}])[0].model_version == "1"
+    registry.alias = "1"  # moved back: nothing to load, nothing wrong
+    assert holder.reload() == "1" and not holder.degraded and holder.refused is None
+
+
+def test_without_a_good_version_the_heuristic_answers_and_the_poller_does_not_load_a_refused_one_again() -> None:
+    registry = FakeRegistry()
+    holder = EstimatorHolder(registry, "champion")
+    registry.alias, registry.faults = "2", {"2": "raise"}
+    assert holder.reload() is None and holder.version == HEURISTIC and holder.refused == "2"
+    refusal = holder.last_error
+    assert refusal is not None and refusal.endswith("the heuristic answers")
+    holder.start(every_s=0.01)
+    try:
+        time.sleep(0.3)
+        assert registry.loads == 1 and holder.last_error == refusal  # the same artifact would answer the same
+        assert holder.reload() is None and registry.loads == 2  # asked for: tried again
+        registry.alias = "4"
+        deadline = time.monotonic() + 10
+        while holder.version != "4" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert holder.version == "4" and not holder.degraded
+    finally:
+        holder.stop()
+
+
+def test_the_probe_is_not_counted_as_the_services_cache_rows() -> None:
+    registry = FakeRegistry()
+    holder = EstimatorHolder(registry, "champion")
+    registry.alias = "1"
+    holder.reload()
+    assert holder.current is not None and holder.current.estimator.cache_counts().misses == len(PROBE)
+    assert holder.cache_counts() == ("1", CacheCounts(0, 0))
+    holder.predict([{}, {}])
+    assert holder.cache_counts() == ("1", CacheCounts(0, 2))
+
+
+def test_a_registry_that_is_down_is_named_and_retried_until_the_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("service.estimator.RETRY_FIRST_S", 0.01)
+    registry = FakeRegistry()
+    registry.alias, registry.down = "1", True
+    holder = EstimatorHolder(registry, "champion")
+    assert holder.reload() is None and holder.degraded
+    assert (holder.last_error or "").startswith("model registry at http://127.0.0.1:1 unreachable")
+    holder.start(every_s=0)  # polling off: still retried, as no model answers yet
+    try:
+        time.sleep(0.1)
+        registry.down = False
+        deadline = time.monotonic() + 10
+        while holder.version != "1" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert holder.version == "1" and not holder.degraded
+    finally:
+        holder.stop()
+
+
+def test_a_silent_registry_holds_a_reload_up_for_lookup_wait_s_and_the_load_finishes_in_the_background() -> None:
+    registry = FakeRegistry()
+    registry.alias, registry.silent = "1", threading.Event()
+    holder = EstimatorHolder(registry, "champion", wait_s=5.0, lookup_wait_s=0.2)
+    try:
+        started = time.monotonic()
+        assert holder.reload() is None
+        assert 0.2 <= time.monotonic() - started < 2.0
+        assert holder.degraded and "looking up the alias 'champion'" in (holder.last_error or "")
+        assert "still waiting" in (holder.last_error or "")
+        registry.silent.set()
+        deadline = time.monotonic() + 10
+        while holder.version != "1" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert holder.version == "1" and not holder.degraded
+    finally:
+        registry.silent.set()
+        holder.stop()
 
 
 class CountingEstimator:

@@ -41,12 +41,22 @@ def _quantiles(quantities: Mapping[str, float], unit: str) -> Quantiles:
                      None if mean is None else float(mean))
 
 
+REQUEST_TIMEOUT_S = 10
+REQUEST_RETRIES = 2
+"""A service asking an HTTP registry gives up after about half a minute at worst, a couple of seconds when
+the port is closed: it answers with the last good model (or the heuristic) meanwhile and asks again later,
+so waiting longer buys nothing and holds up start-up and reloads."""
+
+
 class RegisteredEstimators:
     """The versions of one registered model, loaded as :class:`BundleEstimator`; each keeps
-    ``cache_rows`` answers per cache (``None``: the bundle's default)."""
+    ``cache_rows`` answers per cache (``None``: the bundle's default). Bounds the registry's HTTP
+    requests (``REQUEST_TIMEOUT_S``, ``REQUEST_RETRIES``; ``MLFLOW_HTTP_REQUEST_*`` set in the
+    environment win)."""
 
     def __init__(self, registry: ModelRegistry, cache_rows: int | None = None) -> None:
         self.registry, self.cache_rows = registry, cache_rows
+        registry.bound_requests(REQUEST_TIMEOUT_S, REQUEST_RETRIES)
 
     def alias_version(self, alias: str) -> str | None:
         return self.registry.alias_version(alias)
