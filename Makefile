@@ -8,11 +8,11 @@ PYTHON ?= python3
 
 setup: $(VENV)/.installed
 
+# Library bytecode is compiled once at install: with PYTHONDONTWRITEBYTECODE set, as on CI machines,
+# every process (each server a test starts) would otherwise compile its libraries from source again.
 $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv
-	# bytecode compiled once here: with PYTHONDONTWRITEBYTECODE set, as on CI machines, every process
-	# (each server a test starts) would otherwise compile its libraries from source again
 	$(UV) pip install --quiet --compile-bytecode --python $(PY) -r requirements.lock
 	$(UV) pip install --quiet --python $(PY) --no-deps -e .
 	touch $@
