@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from placement.model.demand import Task as Task
     from placement.model.errors import ClusterSpecError as ClusterSpecError
     from placement.model.errors import InputError as InputError
+    from placement.model.errors import PodListError as PodListError
     from placement.model.errors import TopologyError as TopologyError
     from placement.model.feasibility import Need as Need
     from placement.model.feasibility import need_of as need_of
@@ -91,9 +92,15 @@ if TYPE_CHECKING:
     from placement.sim.engine import JobRecord as JobRecord
     from placement.sim.engine import SimResult as SimResult
     from placement.sim.engine import simulate as simulate
+    from placement.sim.fill import FillCurve as FillCurve
+    from placement.sim.fill import FillSummary as FillSummary
+    from placement.sim.fill import fill as fill
+    from placement.sim.fill import parse_seeds as parse_seeds
+    from placement.sim.fill import summarise_fill as summarise_fill
     from placement.sim.jobs import SimJob as SimJob
     from placement.sim.jobs import without_sharing as without_sharing
     from placement.sim.metrics import summarise as summarise
+    from placement.sim.pod_list import load_openb_pods as load_openb_pods
     from placement.sim.queues import QueuePolicy as QueuePolicy
     from placement.sim.queues import queue_policy as queue_policy
     from placement.sim.runtime import MeasuredRuntime as MeasuredRuntime
@@ -106,7 +113,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "placement.model.cluster_io": ("CLUSTERS", "data_dir", "load_cluster"),
     "placement.model.decision": ("Decision", "Verdict"),
     "placement.model.demand": ("Job", "Role", "Task"),
-    "placement.model.errors": ("ClusterSpecError", "InputError", "TopologyError"),
+    "placement.model.errors": ("ClusterSpecError", "InputError", "PodListError", "TopologyError"),
     "placement.model.feasibility": ("Need", "need_of", "violations"),
     "placement.filters": ("FILTERS",),
     "placement.filters.base": ("Filter", "Usage", "usage_of"),
@@ -119,8 +126,10 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "placement.online.scorers": ("SCORERS",),
     "placement.online.scorers.base": ("Scorer", "bounded"),
     "placement.sim.engine": ("BatchWindow", "JobRecord", "SimResult", "simulate"),
+    "placement.sim.fill": ("FillCurve", "FillSummary", "fill", "parse_seeds", "summarise_fill"),
     "placement.sim.jobs": ("SimJob", "without_sharing"),
     "placement.sim.metrics": ("summarise",),
+    "placement.sim.pod_list": ("load_openb_pods",),
     "placement.sim.queues": ("QueuePolicy", "queue_policy"),
     "placement.sim.runtime": ("MeasuredRuntime", "Runtime", "TraceRuntime"),
     "placement.model.snapshot": ("Allocation", "ClusterSnapshot", "InstancePlacement", "apply", "at_generation",

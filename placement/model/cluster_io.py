@@ -1,6 +1,6 @@
 """Loading clusters: the machine-list files (PAI v2020 spec, openb v2023 node lists) and the shipped clusters.
 
-Both loaders read with the stdlib ``csv`` module, check every field and raise ``ClusterSpecError``
+Both loaders read with ``placement.model.csv_rows``, check every field and raise ``ClusterSpecError``
 naming the 1-based file line, the column and the bad value. Checked: the file exists and is UTF-8
 text; each row has the right number of fields; numbers are numbers, finite and not negative; GPU
 counts are whole; the GPU type is one of ``placement.model.gpu_types.KNOWN_TYPES``; a GPU type comes
@@ -13,20 +13,17 @@ repository's ``data/`` folder.
 
 from __future__ import annotations
 
-import _csv
-import csv
-import math
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import NamedTuple, TextIO
+from typing import NamedTuple
 
 from placement.model.cluster import Cluster, Machine, build_cluster
+from placement.model.csv_rows import Row, csv_rows, open_text
 from placement.model.errors import ClusterSpecError
 from placement.model.gpu_types import CPU_ONLY, KNOWN_TYPES
-from placement.model.text_files import not_utf8_error, refuse_non_text
+from placement.model.text_files import not_utf8_error
 from placement.model.topology import DEFAULT_RACK_SIZE, DEFAULT_RACKS_PER_DOMAIN, load_topology_yaml
 
 PAI_COLUMNS = ("machine", "gpu_type", "cap_cpu", "cap_mem", "cap_gpu")
@@ -37,82 +34,10 @@ OPENB_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 
 DATA_DIR_ENV = "GPUPLACE_DATA_DIR"
 
-_SHOWN_CHARS = 120
-"""At most this much of a malformed line goes into its error: enough to recognise it, not a screenful."""
-
 MachineLoader = Callable[[str | Path], tuple[Machine, ...]]
 
 
-@dataclass(frozen=True)
-class _Row:
-    """One data row of a machine file, with where it came from."""
-
-    path: str
-    line: int
-    fields: dict[str, str]
-
-    def error(self, column: str | None, problem: str, value: str | None = None) -> ClusterSpecError:
-        return ClusterSpecError(self.path, problem, self.line, column, value)
-
-    def amount(self, column: str) -> float:
-        """A finite, non-negative number."""
-        text = self.fields[column]
-        try:
-            value = float(text)
-        except ValueError:
-            raise self.error(column, f"{column} is not a number", text) from None
-        if not math.isfinite(value):
-            raise self.error(column, f"{column} is not a finite number", text)
-        if value < 0:
-            raise self.error(column, f"{column} is negative", text)
-        return value
-
-    def count(self, column: str) -> int:
-        """A whole, non-negative number."""
-        value = self.amount(column)
-        if not value.is_integer():
-            raise self.error(column, f"{column} is not a whole number", self.fields[column])
-        return int(value)
-
-
-def _open_text(path: str | Path) -> TextIO:
-    refuse_non_text(path, ClusterSpecError)
-    try:
-        return open(path, encoding="utf-8-sig", newline="")
-    except FileNotFoundError:
-        raise ClusterSpecError(str(path), "file not found") from None
-    except OSError as exc:
-        raise ClusterSpecError(str(path), f"cannot read the file: {exc}") from None
-
-
-def _rows(path: str | Path, columns: tuple[str, ...], has_header: bool) -> Iterator[_Row]:
-    with _open_text(path) as handle:
-        reader = csv.reader(handle)
-        try:
-            yield from _checked_rows(reader, str(path), columns, has_header)
-        except UnicodeDecodeError as exc:  # binary data, or text saved as UTF-16
-            raise not_utf8_error(path, ClusterSpecError, exc) from None
-        except csv.Error as exc:
-            raise ClusterSpecError(str(path), f"not a well-formed CSV file: {exc}", reader.line_num) from None
-
-
-def _checked_rows(reader: _csv.Reader, path: str, columns: tuple[str, ...], has_header: bool) -> Iterator[_Row]:
-    if has_header:
-        header = next(reader, None)
-        if header is None or [h.strip() for h in header] != list(columns):
-            got = ",".join(header) if header is not None else "an empty file"
-            raise ClusterSpecError(path, f"expected the header {','.join(columns)}", 1, None, got)
-    for fields in reader:
-        if not fields or fields == [""]:
-            continue
-        if len(fields) != len(columns):
-            problem = f"expected {len(columns)} fields ({','.join(columns)}), got {len(fields)}"
-            raise ClusterSpecError(path, problem, reader.line_num, None, ",".join(fields)[:_SHOWN_CHARS])
-        values = {column: text.strip() for column, text in zip(columns, fields, strict=True)}
-        yield _Row(path, reader.line_num, values)
-
-
-def _check_type(row: _Row, gpu_type: str, gpus: int, type_column: str, gpus_column: str) -> None:
+def _check_type(row: Row, gpu_type: str, gpus: int, type_column: str, gpus_column: str) -> None:
     if gpu_type not in KNOWN_TYPES:
         known = ", ".join(sorted(KNOWN_TYPES))
         raise row.error(type_column, f"unknown GPU type (known: {known})", gpu_type)
@@ -123,8 +48,8 @@ def _check_type(row: _Row, gpu_type: str, gpus: int, type_column: str, gpus_colu
         raise row.error(gpus_column, f"{type_column} {gpu_type} needs at least one GPU", gpus_text)
 
 
-def _collect(path: str | Path, rows: Iterator[_Row], name_column: str,
-             make: Callable[[_Row], Machine]) -> tuple[Machine, ...]:
+def _collect(path: str | Path, rows: Iterator[Row], name_column: str,
+             make: Callable[[Row], Machine]) -> tuple[Machine, ...]:
     """Machines from ``rows`` of the file ``path``: at least one, with non-empty, unique names."""
     first_line: dict[str, int] = {}
     machines: list[Machine] = []
@@ -141,14 +66,14 @@ def _collect(path: str | Path, rows: Iterator[_Row], name_column: str,
     return tuple(machines)
 
 
-def _pai_machine(row: _Row) -> Machine:
+def _pai_machine(row: Row) -> Machine:
     gpus = row.count("cap_gpu")
     gpu_type = row.fields["gpu_type"]
     _check_type(row, gpu_type, gpus, "gpu_type", "cap_gpu")
     return Machine(row.fields["machine"], gpu_type, gpus, row.amount("cap_cpu"), row.amount("cap_mem"))
 
 
-def _openb_machine(row: _Row) -> Machine:
+def _openb_machine(row: Row) -> Machine:
     gpus = row.count("gpu")
     model = row.fields["model"]
     if not model and gpus > 0:
@@ -165,7 +90,7 @@ def load_pai_machine_spec(path: str | Path) -> tuple[Machine, ...]:
     ``cap_cpu`` is cores, ``cap_mem`` GB (taken as GiB), ``cap_gpu`` the GPU count; gpu_type ``CPU``
     marks a CPU-only machine. File order is kept.
     """
-    return _collect(path, _rows(path, PAI_COLUMNS, has_header=False), "machine", _pai_machine)
+    return _collect(path, csv_rows(path, PAI_COLUMNS, False, ClusterSpecError), "machine", _pai_machine)
 
 
 def load_openb_nodes(path: str | Path) -> tuple[Machine, ...]:
@@ -174,12 +99,12 @@ def load_openb_nodes(path: str | Path) -> tuple[Machine, ...]:
     ``cpu_milli / 1000`` is cores, ``memory_mib / 1024`` GiB, ``gpu`` the GPU count, ``model`` the
     GPU type (empty with 0 GPUs: CPU-only). File order is kept.
     """
-    return _collect(path, _rows(path, OPENB_COLUMNS, has_header=True), "sn", _openb_machine)
+    return _collect(path, csv_rows(path, OPENB_COLUMNS, True, ClusterSpecError), "sn", _openb_machine)
 
 
 def load_machine_file(path: str | Path) -> tuple[Machine, ...]:
     """Machines of either format: a file whose first line is the openb header is openb, else PAI."""
-    with _open_text(path) as handle:
+    with open_text(path, ClusterSpecError) as handle:
         try:
             first = handle.readline().strip()
         except UnicodeDecodeError as exc:

@@ -42,3 +42,7 @@ class ClusterSpecError(InputError):
 
 class TopologyError(InputError):
     """A topology (racks and domains) file that cannot be used as it is."""
+
+
+class PodListError(InputError):
+    """A pod list (the openb pod-list format) that cannot be used as it is."""

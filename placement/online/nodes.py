@@ -20,7 +20,7 @@ from placement.model.layout import BoolArray, FloatArray
 from placement.model.network import NetworkTally
 from placement.model.snapshot import Allocation, ClusterSnapshot, InstancePlacement, empty_snapshot
 from placement.online.greedy import PlacementConfig, Step, instance_order
-from placement.online.policies import CHOOSERS
+from placement.online.policies import CHOOSERS, fresh_chooser
 from placement.online.scorers.base import bounded
 from placement.online.working import WorkingState
 
@@ -66,7 +66,7 @@ def score_nodes(snapshot: ClusterSnapshot, job: Job, policy: str = "liquid", con
     candidates = working.candidates(need)
     step = Step(job, task_index, candidates, working, NetworkTally(job, snapshot.layout, settings.distance_cost),
                 settings, [], need)
-    return bounded(CHOOSERS[policy](step), candidates.ok, machines)
+    return bounded(fresh_chooser(policy)(step), candidates.ok, machines)
 
 
 def place_on(snapshot: ClusterSnapshot, job: Job, machine: int, policy: str = "pinned") -> Decision:

@@ -16,18 +16,26 @@ over the machines the filters pass (``placement.filters``); lower is better.
   machine (``most-allocated``).
 * ``balance`` - the PAI paper's load balancing: the least allocated machine (``least-allocated``).
 * ``random`` - a uniformly random machine that fits (``random``, seeded by ``seed`` and the job id).
+* ``fgd`` - FGD's fragmentation gradient descent (Weng et al., ATC'23): the machine, and the GPU in it,
+  where the instance adds the least expected fragmentation for the typical shapes of recent arrivals
+  (``fragmentation``). The scorer learns those shapes from the jobs it is asked about, so every policy
+  object made by :func:`online_policy` gets a scorer of its own (``LEARNING``), and after the greedy step
+  puts each share on the GPU that adds the least (:meth:`Fragmentation.choose_gpus`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
+from types import MappingProxyType
 
 from placement.model.decision import Decision
 from placement.model.demand import Job, Role
 from placement.model.snapshot import ClusterSnapshot
-from placement.online.greedy import Chooser, Fills, PlacementConfig, never_fills, place_greedy
+from placement.online.greedy import Chooser, Fills, PlacementConfig, breakdown, never_fills, place_greedy
 from placement.online.scorers import SCORERS
 from placement.online.scorers.base import Term, WeightedSum
+from placement.online.scorers.fragmentation import Fragmentation
 
 EPSILON = 1e-6
 """Weight of Liquid's best-fit tie-break: far below any other term's differences."""
@@ -42,6 +50,7 @@ POLICIES: dict[str, tuple[Term, ...]] = {
     "pack": (Term(SCORERS["tier"], TIER_WEIGHT), Term(SCORERS["most-allocated"])),
     "balance": (Term(SCORERS["least-allocated"]),),
     "random": (Term(SCORERS["random"]),),
+    "fgd": (Term(SCORERS["fragmentation"]),),
 }
 """Each policy's scorers and weights, added in this order."""
 CHOOSERS: dict[str, Chooser] = {name: WeightedSum(terms) for name, terms in POLICIES.items()}
@@ -57,11 +66,21 @@ def _liquid_fills(job: Job, task_index: int) -> bool:
     return not (job.has_ps and job.tasks[task_index].role is Role.PS)
 
 
+LEARNING: dict[str, Callable[[], Fragmentation]] = {"fgd": Fragmentation}
+"""Policies whose scorer learns from the jobs it is asked about: each policy object, and each per-machine
+score (:func:`fresh_chooser`), gets a fresh one; ``POLICIES`` names the registered instance."""
 FILLS: dict[str, Fills] = {"liquid": _liquid_fills, "first-fit": _always, "pack": _always}
 """Packing policies: a chosen machine takes further identical instances while it has room."""
 OnlinePolicy = Callable[[ClusterSnapshot, Job], Decision]
 """Decides one job on a snapshot; an allocation it returns has passed the feasibility checker on that
 snapshot (:func:`placement.online.greedy.place_greedy` raises ``RuntimeError`` otherwise)."""
+
+
+def fresh_chooser(name: str) -> Chooser:
+    """The chooser of the policy ``name`` for one new user of it: a learning policy's with a scorer that has
+    seen nothing yet (so a per-machine score, :func:`placement.online.nodes.score_nodes`, stays a pure
+    function of the snapshot and the job), any other policy's registered one."""
+    return WeightedSum((Term(LEARNING[name]()),)) if name in LEARNING else CHOOSERS[name]
 
 
 def online_policy(name: str, config: PlacementConfig | None = None, explain: bool = True) -> OnlinePolicy:
@@ -71,10 +90,29 @@ def online_policy(name: str, config: PlacementConfig | None = None, explain: boo
     """
     if name not in CHOOSERS:
         raise KeyError(f"unknown placement policy {name!r}; known: {', '.join(CHOOSERS)}")
-    chooser, settings = CHOOSERS[name], config or PlacementConfig()
+    chooser, settings, fills = CHOOSERS[name], config or PlacementConfig(), FILLS.get(name, never_fills)
+    if name in LEARNING:
+        return _learning(name, LEARNING[name](), settings, explain, fills)
 
     def place(snapshot: ClusterSnapshot, job: Job) -> Decision:
-        return place_greedy(snapshot, job, name, chooser, settings, explain, FILLS.get(name, never_fills))
+        return place_greedy(snapshot, job, name, chooser, settings, explain, fills)
+
+    return place
+
+
+def _learning(name: str, scorer: Fragmentation, settings: PlacementConfig, explain: bool,
+              fills: Fills) -> OnlinePolicy:
+    """The policy ``name`` with its own ``scorer``, which also chooses the GPUs of what it placed."""
+    chooser = WeightedSum((Term(scorer),))
+
+    def place(snapshot: ClusterSnapshot, job: Job) -> Decision:
+        decision = place_greedy(snapshot, job, name, chooser, settings, explain, fills)
+        chosen = scorer.choose_gpus(snapshot, job, decision)
+        if explain and chosen is not decision and chosen.allocation is not None:
+            score = breakdown(snapshot, job, chosen.allocation, settings)
+            score["latency_ms"] = decision.score["latency_ms"]
+            chosen = replace(chosen, score=MappingProxyType(score))
+        return chosen
 
     return place
 

@@ -110,6 +110,62 @@ def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs
     console.print(f"summary.json, per-job CSV and plots: {folder}")
 
 
+@app.command("fill")
+def fill_command(
+    pods: Annotated[Path, typer.Option(help="pod list in the openb format (name,cpu_milli,memory_mib,num_gpu,"
+                                            "gpu_milli,gpu_spec,...), e.g. data/openb2023/openb_pod_list_default.csv")],
+    nodes: Annotated[Path, typer.Option(help="node list (openb format, or a PAI machine spec), e.g. "
+                                             "data/openb2023/openb_node_list_all_node.csv")],
+    policies: Annotated[str, typer.Option(help="comma-separated online placement policies")] =
+    "fgd,first-fit,liquid,pack,balance,random",
+    to: Annotated[float, typer.Option(min=0.01, max=10.0, help="fill until the arrived GPU requests reach this "
+                                                                "share of the cluster's GPUs")] = 1.3,
+    seeds: Annotated[str, typer.Option(help="seeds of the arrival order: 42-51, 42 or 1,5,9")] = "42-51",
+    out: Annotated[Path | None, typer.Option(help="folder for fill.png and fill.json")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the summary as one JSON object on stdout")] = False,
+) -> None:
+    """The FGD paper's fill-to-capacity experiment: every pod in a shuffled order, then pods drawn with
+    replacement, none leaving, until the requests reach --to x the cluster's GPUs; the GPU capacity left
+    unallocated along the way, per policy."""
+    import json
+
+    from placement import ONLINE_POLICY_NAMES, fill, load_cluster, load_openb_pods, parse_seeds, summarise_fill
+    from service.cli.fill_report import fill_json, fill_table, plot_fill
+
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    for name in names:
+        if name not in ONLINE_POLICY_NAMES:
+            raise KeyError(f"unknown placement policy {name!r}; known: {', '.join(ONLINE_POLICY_NAMES)}")
+    try:
+        seed_list = parse_seeds(seeds)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--seeds") from None
+    jobs = load_openb_pods(pods)
+    cluster = load_cluster(nodes)
+    shown = make_console(stderr=True) if as_json else console
+    curves: dict[str, list[Any]] = {name: [] for name in names}
+    with Progress(console=shown, transient=True) as progress:
+        bar = progress.add_task("filling", total=len(names) * len(seed_list))
+        for name, seed in ((n, s) for n in names for s in seed_list):
+            def tick(arrived: int, run: str = f"{name}, seed {seed}") -> None:
+                progress.update(bar, description=f"{run}: {arrived:,} arrivals")
+
+            curves[name].append(fill(cluster, jobs, name, seed, to, progress=tick))
+            progress.advance(bar)
+    summaries = [summarise_fill(curves[name], to) for name in names]
+    folder = out or home() / "simulations" / f"fill-{pods.stem}-{nodes.stem}"
+    folder.mkdir(parents=True, exist_ok=True)
+    report = fill_json(summaries)
+    (folder / "fill.json").write_text(json.dumps(report, indent=2) + "\n")
+    title = f"{pods.name} on {nodes.name} ({cluster.total_gpus:,} GPUs), seeds {seeds}"
+    plot_fill(curves, to, folder / "fill.png", title)
+    if as_json:
+        typer.echo(json.dumps(report))
+    else:
+        console.print(fill_table(summaries, title))
+    shown.print(f"fill.json and fill.png: {folder}")
+
+
 def _champion_duration_model() -> Any:
     from models.registry import CHAMPION
     from service.cli.models import registry as working_registry

@@ -107,7 +107,7 @@ def test_the_policies_are_the_sums_their_docstring_writes() -> None:
             pack = TIER_WEIGHT * cost["tier"] + cost["most-allocated"]
             assert CHOOSERS["pack"](step).tolist() == pack.tolist()
             assert CHOOSERS["balance"](step).tolist() == cost["least-allocated"].tolist()
-    assert set(POLICIES) == set(CHOOSERS) == {"liquid", "first-fit", "pack", "balance", "random"}
+    assert set(POLICIES) == set(CHOOSERS) == {"liquid", "first-fit", "pack", "balance", "random", "fgd"}
 
 
 @pytest.mark.parametrize("policy", sorted(CHOOSERS))

@@ -1,0 +1,163 @@
+"""The fragmentation of machines for a mix of instance shapes (FGD, Weng et al., ATC'23), and what placing
+one more instance adds to it, for every machine (rows of numpy arrays).
+
+For one machine and one typical shape ``s`` (``placement.online.shape_mix``), in milli-GPUs:
+
+    frag_s = sum of the free shares of the GPUs whose free share is below s's per-GPU share,
+             when the machine can host s (its type is one s accepts, at least s.gpus GPUs have s's
+             share free, and s's CPU is free);
+    frag_s = every free milli-GPU of the machine, otherwise (s cannot use any of it there). A
+             CPU-only shape uses no GPU: every free milli-GPU counts.
+
+    fragmentation = sum over the typical shapes of weight_s x frag_s,  weight_s = count_s / sum of counts
+
+(worked out as the integer sum of count_s x frag_s, then divided: machines in the same state tie exactly).
+
+As in FGD, a shape's GPU memory and memory are not part of the measure. Placing an instance changes the
+machine it goes to: ``added`` gives, per machine, the least fragmentation any way of placing it there
+adds (for a share: on each GPU it fits; whole GPUs: the free ones; CPU only: the CPU), and which GPU
+gives it; among GPUs that add the same, the fullest, then the lowest index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from placement.model.feasibility import Need
+from placement.model.layout import MILLI, BoolArray, FloatArray, IntArray, Layout
+from placement.online.shape_mix import Mix
+
+NO_GPU = -1
+"""A row's free share where the machine has no such GPU (rows are as wide as the widest machine)."""
+
+
+@dataclass(frozen=True)
+class ShapeTable:
+    """A mix's shapes as arrays over one layout's GPU types. ``levels``: the distinct per-GPU shares of
+    the GPU shapes, ascending; ``level_of``: each shape's (0 for CPU-only ones); ``counts``: how many
+    recent instances had it (``total`` in all); ``accessible[t, s]``: a machine of type ``t`` is one
+    shape ``s`` accepts."""
+
+    levels: IntArray
+    level_of: IntArray
+    gpus: IntArray
+    cpu: IntArray
+    counts: IntArray
+    total: int
+    uses_gpu: BoolArray
+    accessible: BoolArray
+
+    @staticmethod
+    def of(mix: Mix, layout: Layout) -> ShapeTable:
+        levels = sorted({s.gpu_milli for s in mix.shapes if s.gpus}) or [MILLI]
+        accessible = np.array([[not s.gpu_types or t in s.gpu_types for s in mix.shapes]
+                               for t in layout.gpu_types], dtype=bool).reshape(len(layout.gpu_types), len(mix.shapes))
+        return ShapeTable(np.array(levels, dtype=np.int64),
+                          np.array([levels.index(s.gpu_milli) if s.gpus else 0 for s in mix.shapes], dtype=np.int64),
+                          np.array([s.gpus for s in mix.shapes], dtype=np.int64),
+                          np.array([s.cpu_milli for s in mix.shapes], dtype=np.int64),
+                          np.array(mix.counts, dtype=np.int64), max(sum(mix.counts), 1),
+                          np.array([s.gpus > 0 for s in mix.shapes], dtype=bool), accessible)
+
+
+class MachineUsage(Protocol):
+    """What is allocated per GPU and per machine (a snapshot's usage, a working state, a scratch copy)."""
+
+    @property
+    def layout(self) -> Layout: ...
+
+    @property
+    def gpu_milli(self) -> IntArray: ...
+
+    @property
+    def gpu_mem(self) -> IntArray: ...
+
+    @property
+    def cpu(self) -> IntArray: ...
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Machine states, one per row: per GPU the free share (``NO_GPU`` past the machine's GPUs), free
+    GPU memory and memory capacity (MiB); the free CPU (milli-cores) and the GPU type index."""
+
+    free: IntArray
+    mem_free: IntArray
+    caps: IntArray
+    cpu_free: IntArray
+    gpu_type: IntArray
+
+
+def rows_of(usage: MachineUsage, machines: IntArray) -> Rows:
+    """The states of ``machines`` in ``usage``."""
+    layout = usage.layout
+    counts = layout.gpu_count[machines]
+    width = max(int(counts.max()) if len(counts) else 0, 1)
+    slot = np.arange(width)
+    present = slot[None, :] < counts[:, None]
+    gpu = np.where(present, layout.gpu_first[machines][:, None] + slot[None, :], 0)
+    caps = np.where(present, layout.gpu_mem_cap[gpu], 0) if len(layout.gpu_mem_cap) else np.zeros_like(gpu)
+    used = usage.gpu_milli[gpu] if len(usage.gpu_milli) else np.zeros_like(gpu)
+    mem = usage.gpu_mem[gpu] if len(usage.gpu_mem) else np.zeros_like(gpu)
+    return Rows(np.where(present, MILLI - used, NO_GPU), np.where(present, caps - mem, 0), caps,
+                layout.cpu_cap[machines] - usage.cpu[machines], layout.gpu_type[machines])
+
+
+def fragmentation(rows: Rows, table: ShapeTable) -> IntArray:
+    """Expected milli-GPUs of each row that the mix's shapes could not use, times ``table.total`` (the
+    module docstring)."""
+    free = rows.free
+    total = np.where(free > 0, free, 0).sum(axis=1)
+    at_least = free[:, :, None] >= table.levels[None, None, :]
+    count = at_least.sum(axis=1)
+    below = total[:, None] - np.where(at_least, free[:, :, None], 0).sum(axis=1)
+    level = table.level_of
+    hosts = (table.accessible[rows.gpu_type] & table.uses_gpu[None, :] & (count[:, level] >= table.gpus[None, :])
+             & (rows.cpu_free[:, None] >= table.cpu[None, :]))
+    per_shape = np.where(hosts, below[:, level], total[:, None])
+    result: IntArray = per_shape @ table.counts
+    return result
+
+
+def options(rows: Rows, need: Need) -> tuple[Rows, IntArray, IntArray]:
+    """Every way to place one instance of ``need`` on the rows: the state after each, its row and its GPU
+    (``NO_GPU`` for whole GPUs, taken lowest index first as the working state does, and CPU only)."""
+    free, mem_free, caps = rows.free, rows.mem_free, rows.caps
+    if need.gpu_milli and not need.whole_gpus:
+        per_gpu = (np.full_like(caps, need.gpu_mem_mib) if need.gpu_mem_mib >= 0
+                   else np.ceil(need.share_mem * caps - 1e-9).astype(np.int64))
+        row, gpu = np.nonzero((free >= need.gpu_milli) & (caps > 0) & (mem_free >= per_gpu))
+        after_free, after_mem = free[row], mem_free[row]
+        after_free[np.arange(len(row)), gpu] -= need.gpu_milli
+        after_mem[np.arange(len(row)), gpu] -= per_gpu[row, gpu]
+    elif need.gpu_milli:
+        whole = (free == MILLI) & (mem_free == caps) & (caps > 0)
+        row = np.flatnonzero(whole.sum(axis=1) >= need.whole_gpus)
+        taken = whole[row] & (np.cumsum(whole[row], axis=1) <= need.whole_gpus)
+        after_free, after_mem = np.where(taken, 0, free[row]), np.where(taken, 0, mem_free[row])
+        gpu = np.full(len(row), NO_GPU, dtype=np.int64)
+    else:
+        row = np.arange(len(free))
+        after_free, after_mem, gpu = free, mem_free, np.full(len(row), NO_GPU, dtype=np.int64)
+    after = Rows(after_free, after_mem, caps[row], rows.cpu_free[row] - need.cpu_milli, rows.gpu_type[row])
+    return after, row, gpu
+
+
+def added(rows: Rows, need: Need, table: ShapeTable) -> tuple[FloatArray, IntArray]:
+    """Per row, the least fragmentation placing one instance of ``need`` adds (``inf`` where it cannot be
+    placed) and the GPU that gives it (``NO_GPU`` where the choice is not a GPU's); see the module docstring."""
+    before = fragmentation(rows, table)
+    after, row, gpu = options(rows, need)
+    best = np.full(len(before), np.inf)
+    best_gpu = np.full(len(before), NO_GPU, dtype=np.int64)
+    if not len(row):
+        return best, best_gpu
+    grown = fragmentation(after, table) - before[row]  # exact: integers
+    fuller = rows.free[row, np.maximum(gpu, 0)]  # prefer the fullest GPU among those that add the same
+    order = np.lexsort((gpu, fuller, grown, row))
+    first = order[np.r_[True, row[order][1:] != row[order][:-1]]]
+    best[row[first]], best_gpu[row[first]] = grown[first] / table.total, gpu[first]
+    return best, best_gpu

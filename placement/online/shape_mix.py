@@ -1,0 +1,139 @@
+"""The typical instance shapes of recent arrivals, learned online: what the fragmentation scorer (FGD)
+expects the next instances to look like.
+
+A shape is what an instance asks of one machine: CPU (milli-cores), GPUs (none, a share of one, or a
+number of whole ones) and the GPU types it accepts. :class:`ShapeMix` counts the shapes of the last
+``window`` jobs it was asked about (each job once, however often it is asked again while it waits) and
+answers the typical ones, as the FGD paper defines them: the most common shapes that together cover
+``coverage`` of the instances (CPU-only ones included), each weighted by its popularity among those.
+Rare shapes that ask for much GPU (8-GPU pods are rare in the openb traces but hold a fair share of
+their GPUs) would fall outside that cut, and a cluster that keeps no machine whole could never host them, so
+the most GPU-hungry shapes covering ``coverage`` of the requested GPUs are added as well, at their own
+popularity. Memory is not part of a shape, as in FGD.
+
+The mix is worked out again only now and then (after a quarter of the window has arrived, or 8 jobs
+early on) and handed out under a new version only when it changed: the scorer keeps what it computed
+from one version until the next.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass
+
+from placement.model.demand import Job
+from placement.model.feasibility import need_of
+
+MIN_REFRESH_JOBS = 8
+"""Early on, the mix is worked out again after this many new jobs."""
+
+
+@dataclass(frozen=True, order=True)
+class Shape:
+    """What one instance asks of a machine: CPU, GPUs (``gpus`` whole ones of ``gpu_milli`` = 1000, one
+    share of ``gpu_milli`` < 1000, or none), and the GPU types it accepts (empty: any)."""
+
+    cpu_milli: int
+    gpu_milli: int
+    gpus: int
+    gpu_types: tuple[str, ...] = ()
+
+    @property
+    def requested_milli(self) -> int:
+        return self.gpu_milli * self.gpus
+
+
+def shapes_of(job: Job) -> Counter[Shape]:
+    """Instances of ``job`` per shape."""
+    counts: Counter[Shape] = Counter()
+    for task in job.tasks:
+        need = need_of(task)
+        gpus = need.whole_gpus or (1 if need.gpu_milli else 0)
+        shape = Shape(need.cpu_milli, need.gpu_milli if gpus else 0, gpus, tuple(sorted(need.gpu_types)))
+        counts[shape] += task.instances
+    return counts
+
+
+@dataclass(frozen=True)
+class Mix:
+    """Typical shapes and how many of the recent instances had each (their weights are these over the sum,
+    kept as counts so that sums over them are exact); ``version`` changes when they do."""
+
+    shapes: tuple[Shape, ...]
+    counts: tuple[int, ...]
+    version: int
+
+    @property
+    def weights(self) -> tuple[float, ...]:
+        total = sum(self.counts)
+        return tuple(c / total for c in self.counts)
+
+
+class ShapeMix:
+    """The typical shapes of the last ``window`` jobs observed (see the module docstring)."""
+
+    def __init__(self, window: int = 4096, coverage: float = 0.95, refresh_share: float = 0.25,
+                 tolerance: float = 0.02) -> None:
+        self.window, self.coverage, self.refresh_share, self.tolerance = window, coverage, refresh_share, tolerance
+        self._jobs: deque[tuple[str, Counter[Shape]]] = deque()
+        self._ids: set[str] = set()
+        self._counts: Counter[Shape] = Counter()
+        self._since = 0
+        self._at_refresh = 0
+        self._mix = Mix((), (), 0)
+
+    def observe(self, job: Job) -> None:
+        """Count ``job``'s instances (once per job id among the jobs in the window)."""
+        if job.job_id in self._ids:
+            return
+        shapes = shapes_of(job)
+        self._jobs.append((job.job_id, shapes))
+        self._ids.add(job.job_id)
+        self._counts.update(shapes)
+        if len(self._jobs) > self.window:
+            gone, counts = self._jobs.popleft()
+            self._ids.discard(gone)
+            for shape, count in counts.items():
+                self._counts[shape] -= count
+                if not self._counts[shape]:
+                    del self._counts[shape]
+        self._since += 1
+
+    def current(self) -> Mix:
+        """The typical shapes, worked out again if enough jobs arrived since the last time."""
+        due = max(MIN_REFRESH_JOBS, self.refresh_share * min(self._at_refresh, self.window))
+        if self._jobs and (not self._mix.shapes or self._since >= due):
+            shapes, counts = typical(self._counts, self.coverage)
+            if not _close(self._mix, shapes, counts, self.tolerance):
+                self._mix = Mix(shapes, counts, self._mix.version + 1)
+            self._since, self._at_refresh = 0, len(self._jobs)
+        return self._mix
+
+
+def typical(counts: Counter[Shape], coverage: float) -> tuple[tuple[Shape, ...], tuple[int, ...]]:
+    """The most common shapes covering ``coverage`` of the instances, with the most GPU-hungry ones
+    covering ``coverage`` of the requested GPUs, and their counts (most common first; ties: by shape)."""
+    by_count = sorted(counts, key=lambda s: (-counts[s], s))
+    chosen = set(_covering(by_count, [counts[s] for s in by_count], coverage))
+    by_gpu = sorted((s for s in counts if s.requested_milli), key=lambda s: (-counts[s] * s.requested_milli, s))
+    chosen.update(_covering(by_gpu, [counts[s] * s.requested_milli for s in by_gpu], coverage))
+    shapes = tuple(s for s in by_count if s in chosen)
+    return shapes, tuple(counts[s] for s in shapes)
+
+
+def _covering(ordered: list[Shape], amounts: list[int], coverage: float) -> list[Shape]:
+    """The first of ``ordered`` whose ``amounts`` add up to ``coverage`` of them all."""
+    goal, total = coverage * sum(amounts), 0
+    for k, amount in enumerate(amounts):
+        total += amount
+        if total >= goal:
+            return ordered[:k + 1]
+    return ordered
+
+
+def _close(mix: Mix, shapes: tuple[Shape, ...], counts: tuple[int, ...], tolerance: float) -> bool:
+    """Whether ``shapes`` are ``mix``'s and their weights within ``tolerance`` of its weights in sum (L1)."""
+    if set(mix.shapes) != set(shapes):
+        return False
+    old, total = dict(zip(mix.shapes, mix.weights, strict=True)), sum(counts)
+    return sum(abs(old[s] - c / total) for s, c in zip(shapes, counts, strict=True)) <= tolerance

@@ -1,0 +1,166 @@
+"""The fill-to-capacity experiment of the FGD paper (Weng et al., ATC'23): how much GPU capacity a policy
+leaves unallocated as ever more pods arrive and none leaves.
+
+Per seed, the arrivals are every pod of the list in an order shuffled by the seed, then pods drawn from
+the list with replacement (the same random stream), appended while the GPUs they request stay within
+``to`` x the cluster's GPUs: the first pod that would pass it ends the arrivals. Each arrival is decided
+on the cluster as the earlier ones left it, by an online policy registered by name (the same ones the
+service and the replay run); a placed pod stays, one that does not fit is dropped. After each arrival:
+
+    arrived_pct     = 100 x (milli-GPUs requested by the arrivals so far) / (cluster milli-GPUs)
+    unallocated_pct = 100 x (cluster milli-GPUs - milli-GPUs allocated)   / (cluster milli-GPUs)
+
+A curve read at ``x`` % arrived is the state after the last arrival with ``arrived_pct <= x``. The state
+is one snapshot, updated by each placed pod (``placement.apply`` copies the usage arrays and carries the
+per-machine sums over, recomputed on the machines the pod touched); nothing is rebuilt per arrival.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from placement.model.cluster import Cluster
+from placement.model.decision import Verdict
+from placement.model.demand import Job
+from placement.model.layout import MILLI
+from placement.model.snapshot import ClusterSnapshot, apply
+from placement.online.greedy import PlacementConfig
+from placement.online.policies import online_policy
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+REPORTED_EVERY_PCT = 10
+"""The summary reads the curves at 90, 100, 110, ... % arrived (up to the fill's end)."""
+FIRST_REPORTED_PCT = 90
+
+
+def job_milli(job: Job) -> int:
+    """Milli-GPUs the whole job requests (every instance; a share in milli-GPUs, a whole GPU 1000)."""
+    return sum(round(t.gpu * MILLI) * t.instances for t in job.tasks)
+
+
+def arrivals(pods: Sequence[Job], capacity_milli: int, to: float, seed: int) -> list[Job]:
+    """The arrival sequence of one seed (see the module docstring); arrival ``k`` is job ``"k"``."""
+    rng = random.Random(seed)
+    order = list(range(len(pods)))
+    rng.shuffle(order)
+    milli = [job_milli(p) for p in pods]
+    if not any(milli):
+        raise ValueError("no pod asks for a GPU: the arrivals would never reach the target")
+    target = to * capacity_milli
+    chosen: list[int] = []
+    requested = 0
+    for i in order:
+        if requested + milli[i] > target:
+            return _named(pods, chosen)
+        chosen.append(i)
+        requested += milli[i]
+    while True:
+        i = rng.randrange(len(pods))
+        if requested + milli[i] > target:
+            return _named(pods, chosen)
+        chosen.append(i)
+        requested += milli[i]
+
+
+def _named(pods: Sequence[Job], chosen: list[int]) -> list[Job]:
+    return [replace(pods[i], job_id=str(k)) for k, i in enumerate(chosen)]
+
+
+@dataclass(frozen=True)
+class FillCurve:
+    """One policy's fill on one seed: per arrival, the milli-GPUs arrived and allocated so far, and the
+    time the policy took to decide it."""
+
+    policy: str
+    seed: int
+    capacity_milli: int
+    arrived_milli: IntArray
+    allocated_milli: IntArray
+    decision_ms: FloatArray
+
+    def unallocated_pct_at(self, arrived_pct: Sequence[float] | FloatArray) -> FloatArray:
+        """Unallocated GPU capacity (%) after the last arrival with ``arrived_pct <= x``, for each ``x``
+        (100 before any arrival)."""
+        bounds = np.asarray(arrived_pct, dtype=float) / 100 * self.capacity_milli
+        last = np.searchsorted(self.arrived_milli, bounds + 1e-9, side="right") - 1
+        allocated = np.where(last >= 0, self.allocated_milli[np.maximum(last, 0)], 0)
+        result: FloatArray = 100.0 * (self.capacity_milli - allocated) / self.capacity_milli
+        return result
+
+
+def fill(cluster: Cluster, pods: Sequence[Job], policy: str, seed: int, to: float = 1.3,
+         config: PlacementConfig | None = None, progress: Callable[[int], None] | None = None) -> FillCurve:
+    """Fill ``cluster`` with the arrivals of ``seed`` placed by ``policy`` (a fresh instance: a policy that
+    learns from arrivals starts knowing nothing). ``progress`` is told how many arrivals are done, now and then."""
+    snapshot = ClusterSnapshot.empty(cluster)
+    capacity = len(snapshot.layout.gpu_machine) * MILLI
+    jobs = arrivals(pods, capacity, to, seed)
+    decide = online_policy(policy, config, explain=False)
+    arrived, allocated = np.zeros(len(jobs), np.int64), np.zeros(len(jobs), np.int64)
+    took_ms = np.zeros(len(jobs))
+    requested = placed = 0
+    for k, job in enumerate(jobs):
+        started = time.perf_counter()
+        decision = decide(snapshot, job)
+        took_ms[k] = (time.perf_counter() - started) * 1e3
+        milli = job_milli(job)
+        requested += milli
+        if decision.verdict is Verdict.PLACED and decision.allocation is not None:
+            snapshot = apply(snapshot, decision.allocation)
+            placed += milli
+        arrived[k], allocated[k] = requested, placed
+        if progress is not None and k % 256 == 255:
+            progress(k + 1)
+    if progress is not None:
+        progress(len(jobs))
+    return FillCurve(policy, seed, capacity, arrived, allocated, took_ms)
+
+
+def reported_pcts(to: float) -> list[int]:
+    """Where the summary reads the curves: 90, 100, 110, ... % arrived, up to ``to`` x 100."""
+    end = int(np.floor(to * 100 + 1e-9))
+    points = list(range(FIRST_REPORTED_PCT, end + 1, REPORTED_EVERY_PCT))
+    return points or [end]
+
+
+@dataclass(frozen=True)
+class FillSummary:
+    """One policy over its seeds: the mean unallocated % at each reported point, its spread (standard
+    deviation over seeds) and the 99th percentile of the decision times of every arrival of every seed."""
+
+    policy: str
+    arrived_pct: list[int]
+    unallocated_pct: list[float]
+    unallocated_std: list[float]
+    decision_p99_ms: float
+    seeds: int
+
+
+def summarise_fill(curves: Sequence[FillCurve], to: float) -> FillSummary:
+    """The summary of one policy's curves (one per seed)."""
+    points = reported_pcts(to)
+    table = np.array([c.unallocated_pct_at(points) for c in curves])
+    times = np.concatenate([c.decision_ms for c in curves])
+    return FillSummary(curves[0].policy, points, table.mean(axis=0).tolist(), table.std(axis=0).tolist(),
+                       float(np.percentile(times, 99)) if len(times) else 0.0, len(curves))
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``42-51`` (inclusive), ``42`` or ``1,5,9`` as a list of seeds; ``ValueError`` naming the text otherwise."""
+    seeds: list[int] = []
+    try:
+        for part in text.split(","):
+            low, _, high = part.strip().partition("-")
+            seeds += list(range(int(low), int(high) + 1)) if high else [int(low)]
+    except ValueError:
+        raise ValueError(f"seeds must look like 42-51, 42 or 1,5,9; got {text!r}") from None
+    if not seeds:
+        raise ValueError(f"no seeds in {text!r}")
+    return seeds

@@ -1,0 +1,97 @@
+"""The fill-to-capacity protocol and the pod-list reader, on SYNTHETIC pods and machines made up here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from placement.model.cluster import Machine, build_cluster
+from placement.model.demand import Job, Role, Task
+from placement.model.errors import PodListError
+from placement.sim.fill import arrivals, fill, job_milli, parse_seeds, reported_pcts, summarise_fill
+from placement.sim.pod_list import POD_COLUMNS, load_openb_pods
+
+HEADER = ",".join(POD_COLUMNS) + "\n"
+
+
+def pod(name: str, gpu: float, cpu_cores: float = 1.0) -> Job:
+    return Job(name, (Task(Role.WORKER, 1, gpu=gpu, cpu_cores=cpu_cores, mem_gib=1.0, gpu_mem_gib=0.0),))
+
+
+PODS = [pod("whole", 1), pod("half", 0.5), pod("cpu", 0), pod("two", 2)]
+"""SYNTHETIC: 3.5 GPUs in all."""
+
+
+@pytest.mark.parametrize("seed", [42, 43, 44])
+def test_arrivals_are_every_pod_then_draws_until_the_next_would_pass_the_target(seed: int) -> None:
+    # 4 GPUs x 1.3 = 5,200 milli-GPUs: the 4 pods (3,500), then draws while the total stays <= 5,200
+    jobs = arrivals(PODS, 4000, 1.3, seed)
+    assert sorted(job_milli(j) for j in jobs[:4]) == [0, 500, 1000, 2000]  # every pod once, in some order
+    total = sum(job_milli(j) for j in jobs)
+    assert 3500 <= total <= 5200
+    assert [j.job_id for j in jobs] == [str(k) for k in range(len(jobs))]
+    assert arrivals(PODS, 4000, 1.3, seed) == jobs  # the seed fixes the sequence
+
+
+def test_arrivals_stop_inside_the_pod_list_when_it_asks_for_more() -> None:
+    # target 2 GPUs x 1.0 = 2,000 milli-GPUs: fewer than the 4 pods
+    jobs = arrivals(PODS, 2000, 1.0, 42)
+    assert sum(job_milli(j) for j in jobs) <= 2000 and len(jobs) < 4
+
+
+def test_fill_records_unallocated_capacity_against_arrived_requests() -> None:
+    # one machine of 2 GPUs, pods of one whole GPU, fill to 150%: 3 arrivals, the third does not fit
+    cluster = build_cluster("synthetic", [Machine("m0", "T4", 2, 32, 128)])
+    curve = fill(cluster, [pod("w", 1)], "first-fit", seed=1, to=1.5)
+    assert curve.arrived_milli.tolist() == [1000, 2000, 3000]
+    assert curve.allocated_milli.tolist() == [1000, 2000, 2000]
+    # at 49% arrived nothing had arrived yet (100% free); at 50%: 1 GPU of 2; from 100%: none free
+    assert curve.unallocated_pct_at([49, 50, 100, 150]).tolist() == [100.0, 50.0, 0.0, 0.0]
+    summary = summarise_fill([curve, fill(cluster, [pod("w", 1)], "first-fit", seed=2, to=1.5)], 1.5)
+    assert summary.arrived_pct == [90, 100, 110, 120, 130, 140, 150]
+    assert summary.unallocated_pct[:2] == [50.0, 0.0] and summary.seeds == 2
+    assert summary.decision_p99_ms >= 0
+
+
+def test_reported_points_and_seeds() -> None:
+    assert reported_pcts(1.3) == [90, 100, 110, 120, 130]
+    assert reported_pcts(1.0) == [90, 100] and reported_pcts(0.5) == [50]
+    assert parse_seeds("42-51") == list(range(42, 52)) and parse_seeds("1,5,9") == [1, 5, 9]
+    with pytest.raises(ValueError, match="42-51"):
+        parse_seeds("many")
+
+
+def test_pod_list_reads_shares_whole_gpus_cpu_pods_and_types(tmp_path: Path) -> None:
+    path = tmp_path / "pods.csv"
+    path.write_text(HEADER + "p0,12000,16384,1,460,,LS,Running,0,10,0\n"
+                    "p1,4000,8192,2,1000,V100M16|V100M32,LS,Running,0,10,0\n"
+                    "p2,2000,1024,0,0,,BE,Pending,0,10,\n")
+    jobs = load_openb_pods(path)
+    share, whole, cpu = (j.tasks[0] for j in jobs)
+    assert (share.gpu, share.cpu_cores, share.mem_gib) == (0.46, 12.0, 16.0)
+    assert whole.gpu == 2.0 and whole.gpu_types == frozenset({"V100M16", "V100M32"})
+    assert cpu.gpu == 0.0 and [j.job_id for j in jobs] == ["p0", "p1", "p2"]
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("name,cpu\np0,1\n", "line 1"),  # not the openb header
+    (HEADER + "p0,12000,16384,1,1200,,LS,Running,0,10,0\n", "line 2, column 'gpu_milli'"),
+    (HEADER + "p0,lots,16384,1,500,,LS,Running,0,10,0\n", "line 2, column 'cpu_milli'"),
+    (HEADER + "p0,1000,16384,2,500,,LS,Running,0,10,0\n", "line 2, column 'gpu_milli'"),  # 2 GPUs, shares
+    (HEADER + "p0,1000,16384,1,500,H100,LS,Running,0,10,0\n", "line 2, column 'gpu_spec'"),
+    (HEADER + "p0,1000,16384,1,500,,LS\n", "line 2"),  # too few fields
+    (HEADER + "p0,1000,16384,0,0,,LS,Running,0,10,0\n", "no pod asks for a GPU"),
+    (HEADER, "lists no pods"),
+])
+def test_bad_pod_lists_name_the_file_line_and_column(tmp_path: Path, text: str, where: str) -> None:
+    path = tmp_path / "pods.csv"
+    path.write_text(text)
+    with pytest.raises(PodListError) as caught:
+        load_openb_pods(path)
+    assert str(caught.value).startswith(str(path)) and where in str(caught.value)
+
+
+def test_a_missing_pod_list_is_named(tmp_path: Path) -> None:
+    with pytest.raises(PodListError, match="file not found"):
+        load_openb_pods(tmp_path / "absent.csv")

@@ -1,0 +1,171 @@
+"""The FGD fragmentation measure, the online shape mix and the ``fgd`` policy, on SYNTHETIC clusters and
+jobs made up here; the expected arithmetic is in the comments."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from placement.model.cluster import Cluster, Machine, build_cluster
+from placement.model.demand import Job, Role, Task
+from placement.model.feasibility import need_of, violations
+from placement.model.snapshot import Allocation, ClusterSnapshot, InstancePlacement, apply
+from placement.online.frag_measure import NO_GPU, Rows, ShapeTable, added, fragmentation, rows_of
+from placement.online.policies import online_policy
+from placement.online.scorers.fragmentation import Fragmentation
+from placement.online.shape_mix import Mix, Shape, ShapeMix, typical
+from placement.online.working import WorkingState
+
+
+def pod(job_id: str, gpu: float, cpu_cores: float = 1.0, **kw: object) -> Job:
+    return Job(job_id, (Task(Role.WORKER, 1, gpu=gpu, cpu_cores=cpu_cores, mem_gib=1.0, gpu_mem_gib=0.0,
+                             **kw),))  # type: ignore[arg-type]
+
+
+def cluster(*gpus: int, gpu_type: str = "T4") -> Cluster:
+    """SYNTHETIC: one machine per entry of ``gpus``, 32 cores and 128 GiB each."""
+    return build_cluster("synthetic", [Machine(f"m{i}", gpu_type, n, 32, 128) for i, n in enumerate(gpus)])
+
+
+def used(snapshot: ClusterSnapshot, machine: int, gpu_milli: list[int]) -> ClusterSnapshot:
+    """``snapshot`` with the GPUs of ``machine`` holding ``gpu_milli`` (one SYNTHETIC share job per GPU)."""
+    first = int(snapshot.layout.gpu_first[machine])
+    for g, milli in enumerate(gpu_milli):
+        if milli:
+            placement = InstancePlacement(0, machine, (first + g,), milli, 0, 0, 0)
+            snapshot = apply(snapshot, Allocation(f"held-{machine}-{g}", (placement,)))
+    return snapshot
+
+
+def test_fragmentation_of_one_machine_by_shape() -> None:
+    # GPUs free 500 and 1000; shapes: a 0.6 share (count 1), one whole GPU (count 1), CPU only (count 2):
+    #   0.6 share: GPU0 (500 < 600) cannot take it -> 500; whole GPU: GPU1 hosts it -> GPU0's 500
+    #   CPU only: uses no GPU -> all 1500 free
+    #   fragmentation = (1 x 500 + 1 x 500 + 2 x 1500) / 4 = 1000 milli-GPUs
+    mix = Mix((Shape(1000, 600, 1), Shape(1000, 1000, 1), Shape(1000, 0, 0)), (1, 1, 2), 1)
+    snapshot = used(ClusterSnapshot.empty(cluster(2)), 0, [500, 0])
+    table = ShapeTable.of(mix, snapshot.layout)
+    rows = rows_of(WorkingState(snapshot), np.array([0]))
+    assert (fragmentation(rows, table) / table.total).tolist() == [1000.0]
+
+
+def test_a_machine_of_a_type_a_shape_refuses_is_all_fragment() -> None:
+    # one 0.5 shape that only runs on V100: on a T4 machine all 2000 free milli-GPUs count
+    mix = Mix((Shape(1000, 500, 1, ("V100",)),), (1,), 1)
+    snapshot = ClusterSnapshot.empty(cluster(2))
+    rows = rows_of(WorkingState(snapshot), np.array([0]))
+    assert fragmentation(rows, ShapeTable.of(mix, snapshot.layout)).tolist() == [2000]
+
+
+def test_a_machine_short_of_cpu_is_all_fragment() -> None:
+    # a 0.5 shape needing 40 cores on a 32-core machine: every free milli-GPU is a fragment
+    mix = Mix((Shape(40_000, 500, 1),), (1,), 1)
+    snapshot = ClusterSnapshot.empty(cluster(1))
+    rows = rows_of(WorkingState(snapshot), np.array([0]))
+    assert fragmentation(rows, ShapeTable.of(mix, snapshot.layout)).tolist() == [1000]
+
+
+def test_added_picks_the_gpu_that_keeps_a_typical_share_usable() -> None:
+    # GPUs free 600 and 700; typical pods ask 0.5 of a GPU; a 0.2 share arrives:
+    #   on GPU0 (fullest, best fit): free 400, 700 -> 400 cannot take 0.5: +400
+    #   on GPU1: free 600, 500 -> both take 0.5: +0
+    mix = Mix((Shape(1000, 500, 1),), (1,), 1)
+    snapshot = used(ClusterSnapshot.empty(cluster(2)), 0, [400, 300])
+    rows = rows_of(WorkingState(snapshot), np.array([0]))
+    cost, gpu = added(rows, need_of(pod("x", 0.2).tasks[0]), ShapeTable.of(mix, snapshot.layout))
+    assert cost.tolist() == [0.0] and gpu.tolist() == [1]
+
+
+def test_whole_gpus_and_cpu_only_have_no_gpu_choice() -> None:
+    mix = Mix((Shape(1000, 1000, 1),), (1,), 1)
+    snapshot = ClusterSnapshot.empty(cluster(2))
+    rows = rows_of(WorkingState(snapshot), np.array([0]))
+    table = ShapeTable.of(mix, snapshot.layout)
+    # one whole GPU: the other still hosts the shape: +0; CPU only: nothing changes for the shape: +0
+    for job in (pod("w", 1), pod("c", 0)):
+        cost, gpu = added(rows, need_of(job.tasks[0]), table)
+        assert cost.tolist() == [0.0] and gpu.tolist() == [NO_GPU]
+    # two whole GPUs take the machine: nothing left to fragment
+    assert added(rows, need_of(pod("w2", 2).tasks[0]), table)[0].tolist() == [0.0]
+
+
+def test_added_is_inf_where_the_instance_cannot_go() -> None:
+    rows = Rows(np.array([[300, NO_GPU]]), np.array([[1, 0]]), np.array([[16384, 0]]), np.array([32_000]),
+                np.array([0]))
+    table = ShapeTable.of(Mix((Shape(1000, 500, 1),), (1,), 1), cluster(1).layout)
+    assert np.isinf(added(rows, need_of(pod("x", 0.5).tasks[0]), table)[0]).all()
+
+
+def test_fgd_moves_the_share_to_the_gpu_best_fit_would_not_choose() -> None:
+    # the machine of test_added_picks_...: best fit takes the fullest GPU (GPU0), fgd GPU1
+    snapshot = used(ClusterSnapshot.empty(cluster(2)), 0, [400, 300])
+    decide = online_policy("fgd")
+    for i in range(20):  # the typical pod, as the policy learns it: half a GPU
+        decide(snapshot, pod(f"typical{i}", 0.5))
+    job = pod("small", 0.2)
+    decision = decide(snapshot, job)
+    assert decision.allocation is not None and decision.allocation.instances[0].gpus == (1,)
+    assert violations(snapshot, job, decision.allocation) == []
+    assert online_policy("first-fit")(snapshot, job).allocation.instances[0].gpus == (0,)  # type: ignore[union-attr]
+
+
+def test_fgd_fills_the_machine_a_share_completes() -> None:
+    # m0: 2 empty GPUs (first in order); m1: one GPU half used. A 0.5 share on m1 completes its GPU
+    # (+0); on m0 it leaves a half GPU that cannot take a typical whole-GPU pod (+500 x its weight)
+    snapshot = used(ClusterSnapshot.empty(cluster(2, 1)), 1, [500])
+    decide = online_policy("fgd")
+    for i in range(10):
+        decide(snapshot, pod(f"whole{i}", 1))
+    decision = decide(snapshot, pod("half", 0.5))
+    assert decision.allocation is not None and decision.allocation.instances[0].machine == 1
+    assert online_policy("first-fit")(snapshot, pod("half", 0.5)).allocation.instances[0].machine == 0  # type: ignore[union-attr]
+
+
+def test_cached_costs_equal_costs_worked_out_afresh() -> None:
+    # a random SYNTHETIC stream of shares, whole GPUs and CPU pods on machines of 1, 2, 4 and 8 GPUs
+    rng = random.Random(7)
+    snapshot = ClusterSnapshot.empty(cluster(*[rng.choice([1, 2, 4, 8]) for _ in range(80)]))
+    scorer = Fragmentation(ShapeMix(window=50))
+    decide = online_policy("fgd")
+    for k in range(300):
+        job = pod(str(k), rng.choice([0, 0.1, 0.25, 0.5, 0.5, 0.7, 1, 1, 2, 8]), cpu_cores=rng.choice([1, 4, 8]))
+        working = WorkingState(snapshot)
+        need = need_of(job.tasks[0])
+        ok = working.candidates(need).ok
+        if ok.any():
+            cached = scorer._costs(working, job, need, ok).cost[ok]
+            seen = scorer._seen
+            assert seen is not None
+            fresh = added(rows_of(working, np.flatnonzero(ok)), need, seen.table)[0]
+            assert cached.tolist() == fresh.tolist()
+        decision = decide(snapshot, job)
+        if decision.allocation is not None:
+            snapshot = apply(snapshot, decision.allocation)
+
+
+def test_the_mix_covers_95_percent_of_instances_and_the_gpu_hungry_rare_shapes() -> None:
+    share, cpu, eight = Shape(1000, 500, 1), Shape(1000, 0, 0), Shape(8000, 1000, 8)
+    # 96 shares, 3 CPU pods, 1 eight-GPU pod: shares cover 96% of the instances on their own; by
+    # requested GPUs the eight-GPU pod holds 8000 of 56000 milli-GPUs (14%), so it is kept too
+    shapes, counts = typical(Counter({share: 96, cpu: 3, eight: 1}), 0.95)
+    assert shapes == (share, eight) and counts == (96, 1)
+
+
+def test_the_mix_counts_each_job_once_and_forgets_beyond_its_window() -> None:
+    mix = ShapeMix(window=3)
+    for job in (pod("a", 0.5), pod("a", 0.5), pod("b", 1), pod("c", 1), pod("d", 1)):
+        mix.observe(job)
+    current = mix.current()  # "a" asked twice counts once, then left the window of 3 jobs
+    assert current.shapes == (Shape(1000, 1000, 1),) and current.counts == (3,)
+
+
+@pytest.mark.parametrize("types", [frozenset(), frozenset({"T4"})])
+def test_fgd_places_type_constrained_pods_only_on_their_types(types: frozenset[str]) -> None:
+    machines = [Machine("v0", "V100", 2, 32, 128), Machine("t0", "T4", 2, 32, 128)]
+    snapshot = ClusterSnapshot.empty(build_cluster("synthetic", machines))
+    decision = online_policy("fgd")(snapshot, pod("typed", 0.5, gpu_types=types))
+    assert decision.allocation is not None
+    assert decision.allocation.instances[0].machine == (1 if types else 0)
