@@ -29,8 +29,10 @@ with whole-GPU all-reduce jobs the model is exact. A solution meeting the lower 
 
 Solver: ``num_workers`` = 2, ``random_seed`` = seed, ``max_time_in_seconds`` = the limit less the time
 already spent and a decoding reserve. FEASIBLE is accepted ("time"), OPTIMAL reported as "optimal".
-Small models (``interleave_up_to`` variables) interleave the workers, which makes a run not stopped by
-time reproducible; big ones search freely in parallel (faster, not reproducible). Without any solution
+Small models (``one_worker_up_to`` variables) are searched by one worker, which makes a run not stopped
+by time reproducible; big ones search freely in parallel (faster, not reproducible). (OR-tools' own
+reproducible parallel mode, ``interleave_search``, aborts the whole process in its postsolve on some
+small gang models, e.g. three 1-GPU instances on three machines, in OR-tools 9.15.) Without any solution
 the hint plan is used ("fallback").
 """
 
@@ -68,9 +70,9 @@ class CpSatSettings:
     finish_time_share: float = 0.15
     finish_max_s: float = 0.5
     """Time kept for decoding and checking: ``finish_time_share`` of the limit, at most this."""
-    interleave_up_to: int = 1000
-    """Models with at most this many variables interleave the workers' search: reproducible for a given
-    seed when not stopped by time. Bigger models search freely in parallel, which finds more in time."""
+    one_worker_up_to: int = 1000
+    """Models with at most this many variables are searched by one worker: reproducible for a given seed
+    when not stopped by time. Bigger models search freely in parallel, which finds more in time."""
 
 
 class _Model:
@@ -225,9 +227,9 @@ def place_cpsat(snapshot: ClusterSnapshot, jobs: Sequence[Job], time_limit_s: fl
     reserve_s = min(time_limit_s * settings.finish_time_share, settings.finish_max_s)
     left = time_limit_s - reserve_s - (time.perf_counter() - started)
     solver.parameters.max_time_in_seconds = max(0.05, left)
-    solver.parameters.num_workers = settings.workers
+    small = len(model.model.proto.variables) <= settings.one_worker_up_to
+    solver.parameters.num_workers = 1 if small else settings.workers
     solver.parameters.random_seed = seed
-    solver.parameters.interleave_search = len(model.model.proto.variables) <= settings.interleave_up_to
     try:
         bound = machines_lower_bound(snapshot, jobs)
     except ValueError:

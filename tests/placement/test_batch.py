@@ -250,3 +250,27 @@ def test_a_batch_needs_distinct_new_job_ids() -> None:
     snapshot = ClusterSnapshot.empty(cluster())
     with pytest.raises(ValueError, match="distinct"):
         run("ffd", snapshot, [Job("x", (worker(1, 1),)), Job("x", (worker(1, 1),))])
+
+
+GANG_OF_THREE = """
+from placement.batch.cpsat import place_cpsat
+from placement.model.cluster import Machine, build_cluster
+from placement.model.demand import Job, Role, Task
+from placement.model.snapshot import ClusterSnapshot
+# SYNTHETIC: two 4-GPU machines and one 8-GPU machine; one job of three 1-GPU instances
+machines = [Machine("a", "T4", 4, 32, 128), Machine("b", "T4", 4, 32, 128), Machine("c", "V100M32", 8, 64, 512)]
+snapshot = ClusterSnapshot.empty(build_cluster("synthetic", machines))
+result = place_cpsat(snapshot, [Job("gang", (Task(Role.WORKER, 3, gpu=1.0, cpu_cores=1.0, mem_gib=1.0),))], 1.0, 0)
+print(result.jobs_placed)
+"""
+
+
+def test_cpsat_survives_a_small_gang_model_that_aborted_the_process() -> None:
+    """OR-tools' interleaved search aborted the process (SIGABRT, nothing to catch) in its postsolve on
+    this model; run in a child process so that an abort fails this test instead of the whole run."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", GANG_OF_THREE], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "1"
