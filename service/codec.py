@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from placement import (
+    MILLI,
     Allocation,
     Cluster,
     InstancePlacement,
@@ -26,6 +27,15 @@ from placement import (
 )
 
 Json = dict[str, Any]
+
+
+def placeable_share(gpu: float) -> float:
+    """``gpu`` (GPUs per instance), with a share of a GPU below one milli-GPU asked as one milli-GPU.
+
+    Placement counts GPU shares in milli-GPUs, rounding a share up: it charges one for 0.0004 already.
+    A share so small (below about 1e-12) that it rounds to none would still need a GPU of its own,
+    which no allocation can give it: the policy raises, and the request got a 500."""
+    return 1 / MILLI if 0 < gpu < 1 / MILLI else gpu
 
 
 def cluster_to_json(cluster: Cluster) -> Json:

@@ -26,7 +26,7 @@ from models.estimate import CacheCounts, CachingEstimator, JobEstimator, JobReco
 from models.heuristic import HEURISTIC, RequestHeuristic
 from service.loop_batch import LoopBatcher
 
-__all__ = ["HEURISTIC", "PROBE", "EstimatorHolder", "Loaded", "Registry", "probe", "settle_heap"]
+__all__ = ["HEURISTIC", "PROBE", "EstimatorHolder", "Loaded", "Refusal", "Registry", "probe", "settle_heap"]
 
 log = logging.getLogger(__name__)
 FALLBACK = RequestHeuristic()
@@ -135,6 +135,17 @@ class _Busy:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """A version behind the alias that failed its probe."""
+
+    version: str
+    reason: str
+    """What predicting the probe jobs gave (``raised IndexError: ...``)."""
+    at: float
+    """When it was refused (Unix time, s)."""
+
+
+@dataclass(frozen=True)
 class Loaded:
     version: str
     estimator: CachingEstimator
@@ -173,12 +184,11 @@ class EstimatorHolder:
         self.registry, self.alias = registry, alias
         self.wait_s, self.lookup_wait_s = wait_s, min(wait_s, lookup_wait_s)
         self.current: Loaded | None = None
-        self.refused: str | None = None
-        """The version behind the alias that failed its probe: the poller does not load it again (the same
-        artifact answers the same); a reload request does."""
+        self.refusal: Refusal | None = None
+        """The last version behind the alias that failed its probe, until a version is swapped in or the alias
+        is back on the one answering: the poller does not load it again (the same artifact answers the same);
+        a reload request does."""
         self._error: str | None = None
-        self._refusal = ""
-        """Why ``refused`` was."""
         self._unreachable = False
         self._busy: _Busy | None = None
         """What the loader is doing, while it is."""
@@ -251,10 +261,11 @@ class EstimatorHolder:
             self._failed(f"no model carries the alias {self.alias!r} yet")
             return
         if self.current is not None and self.current.version == version:
-            self._error, self.refused = None, None
+            self._error, self.refusal = None, None
             return
-        if version == self.refused and not retry_refused:
-            self._failed(self._refusal, quiet=True)  # it stands (and is again the news, if the registry was down)
+        if (refusal := self.refusal) is not None and version == refusal.version and not retry_refused:
+            # it stands (and is again the news, if the registry was down)
+            self._failed(self._refused(refusal), quiet=True)
             return
         self._step(f"loading version {version} from the model registry", self.wait_s)
         try:
@@ -265,14 +276,22 @@ class EstimatorHolder:
             return
         self._step(f"probing version {version}", self.wait_s)
         if (reason := probe(estimator)) is not None:
-            self.refused = version
-            self._refusal = f"version {version} of {self.alias!r} refused: predicting the probe jobs {reason}"
-            self._failed(self._refusal)
+            self.refusal = Refusal(version, reason, time.time())
+            self._failed(self._refused(self.refusal))
             return
         self.current = Loaded(version, estimator, time.time(), estimator.cache_counts())
-        self._error, self.refused = None, None
+        self._error, self.refusal = None, None
         settle_heap()
         log.info("model loaded", extra={"model_version": version})
+
+    def _refused(self, refusal: Refusal) -> str:
+        return f"version {refusal.version} of {self.alias!r} refused: predicting the probe jobs {refusal.reason}"
+
+    @property
+    def refused(self) -> str | None:
+        """The version of :attr:`refusal`."""
+        refusal = self.refusal
+        return refusal.version if refusal is not None else None
 
     def _failed(self, error: str, unreachable: bool = False, quiet: bool = False) -> None:
         current = self.current

@@ -35,9 +35,11 @@ from service.http.responses import (
     ModelsOut,
     NotReadyOut,
     ReadyOut,
+    RefusedOut,
 )
 from service.http.schemas import ClusterIn
 from service.k8s.extender import router as k8s_router
+from service.openapi import linked, operation_id
 from service.problems import ANYWHERE, problems
 from service.runtime import ReadRuntime, Runtime, RuntimeDep, WriteRuntime
 from service.settings import Settings
@@ -185,7 +187,7 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
     return again
 
 
-_router = APIRouter(responses=problems(*ANYWHERE))
+_router = APIRouter(responses=problems(*ANYWHERE), generate_unique_id_function=operation_id)
 
 
 @_router.get("/healthz", tags=["health"])
@@ -224,9 +226,10 @@ def metrics(rt: RuntimeDep) -> Response:
     return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-@_router.get("/v1/cluster", tags=["cluster"])
+@_router.get("/v1/cluster", tags=["cluster"], responses=linked("put_cluster", body={"name": "$response.body#/name"}))
 async def get_cluster(rt: ReadRuntime) -> ClusterOut:
-    """Summary and per-machine allocation."""
+    """Summary and per-machine allocation. Linked to loading the cluster again by its name (a shipped
+    cluster's spec, as shipped)."""
     return await run_in_threadpool(_cluster_out, rt)
 
 
@@ -244,7 +247,7 @@ def _cluster_out(rt: Runtime) -> ClusterOut:
                       gpu_types=list(layout.gpu_types), per_machine=machines)
 
 
-@_router.put("/v1/cluster", tags=["cluster"], responses=problems(409))
+@_router.put("/v1/cluster", tags=["cluster"], responses={**problems(409), **linked("get_cluster")})
 def put_cluster(body: ClusterIn, rt: WriteRuntime) -> ClusterLoadedOut:
     """Load a cluster spec (a shipped name, or machines with optional racks and domains). Refused (409)
     while running jobs would not fit it, unless ``force``, which evicts those jobs. Written from this
@@ -274,7 +277,7 @@ async def get_models(rt: ReadRuntime) -> ModelsOut:
     return _models_out(rt)
 
 
-@_router.post("/v1/models/reload", tags=["models"])
+@_router.post("/v1/models/reload", tags=["models"], responses=linked("get_models"))
 async def reload_models(rt: WriteRuntime) -> ModelsOut:
     """Load the version behind the alias now (atomically; on failure the last good model stays)."""
     await run_in_threadpool(rt.estimator.reload)
@@ -282,6 +285,8 @@ async def reload_models(rt: WriteRuntime) -> ModelsOut:
 
 
 def _models_out(rt: Runtime) -> ModelsOut:
-    current = rt.estimator.current
+    current, refusal = rt.estimator.current, rt.estimator.refusal
+    refused = None if refusal is None else RefusedOut(version=refusal.version, reason=refusal.reason, at=refusal.at)
     return ModelsOut(answering=rt.estimator.version, alias=rt.estimator.alias, degraded=rt.estimator.degraded,
-                     last_error=rt.estimator.last_error, loaded_at=current.loaded_at if current else None)
+                     last_error=rt.estimator.last_error, loaded_at=current.loaded_at if current else None,
+                     refused=refused)

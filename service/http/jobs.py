@@ -23,11 +23,13 @@ from service.http.responses import (
     ReleasedOut,
 )
 from service.http.schemas import BatchIn, CompleteIn, JobId, JobIn, PlaceIn
+from service.openapi import JOB_ID, linked, operation_id
 from service.problems import ANYWHERE, problems
 from service.runtime import ReadRuntime, Runtime, WriteRuntime
 from service.store import COMPLETED, RELEASED, Completion, End, Ended, Place, Placed, Reason, Refused
 
-router = APIRouter(prefix="/v1", tags=["jobs"], responses=problems(*ANYWHERE, 404, 409))
+router = APIRouter(prefix="/v1", tags=["jobs"], responses=problems(*ANYWHERE, 404, 409),
+                   generate_unique_id_function=operation_id)
 
 
 def estimate_many(rt: Runtime, jobs: list[JobIn]) -> list[JobEstimate]:
@@ -66,7 +68,7 @@ async def predict(job: JobIn, rt: ReadRuntime) -> EstimateOut:
     return EstimateOut.of(await estimate_async(rt, job))
 
 
-@router.post("/place")
+@router.post("/place", responses=linked("get_job", "release_job", "complete_job", job_id=JOB_ID))
 async def place(body: PlaceIn, rt: WriteRuntime) -> DecisionOut:
     """Estimate, then place the job (gang: every instance or none); ``dry_run`` stores nothing.
 
@@ -112,7 +114,8 @@ def _decision_out(cluster: Cluster, decision: Decision, committed: bool, est: Es
                        reasons=list(decision.reasons), estimate=est)
 
 
-@router.post("/place/batch")
+@router.post("/place/batch", responses=linked("get_job", "release_job", "complete_job",
+                                                  job_id="$response.body#/decisions/0/job_id"))
 async def place_batch(body: BatchIn, rt: WriteRuntime) -> BatchOut:
     """Estimate every job, then place them together with a batch policy (``gga``, ``cpsat``, ``ffd``)
     within ``time_limit_s``; the solver runs in a worker thread, off the event loop. The placed jobs go
@@ -162,7 +165,7 @@ class StillFits:
         return replace(self.decision, generation=snapshot.generation)
 
 
-@router.get("/jobs/{job_id}")
+@router.get("/jobs/{job_id}", responses=linked("release_job", "complete_job", job_id=JOB_ID))
 async def get_job(job_id: JobId, rt: ReadRuntime) -> JobOut:
     """The job as stored: its state, demand, allocation, what it was placed with, and its completion."""
     row = await run_in_threadpool(rt.store.job, job_id)
@@ -174,7 +177,7 @@ async def get_job(job_id: JobId, rt: ReadRuntime) -> JobOut:
                   completion=None if row.completion is None else CompletionOut.model_validate(row.completion))
 
 
-@router.post("/jobs/{job_id}/release")
+@router.post("/jobs/{job_id}/release", responses=linked("get_job", "complete_job", job_id=JOB_ID))
 async def release_job(job_id: JobId, rt: WriteRuntime) -> ReleasedOut:
     """Free the job's resources. Idempotent: releasing a job that holds nothing changes nothing."""
     if isinstance(await rt.cycle.run(End(job_id)), Ended):
@@ -185,7 +188,7 @@ async def release_job(job_id: JobId, rt: WriteRuntime) -> ReleasedOut:
     return ReleasedOut(job_id=job_id, released=False, state=row.state)
 
 
-@router.post("/jobs/{job_id}/complete")
+@router.post("/jobs/{job_id}/complete", responses=linked("get_job", "release_job", job_id=JOB_ID))
 async def complete_job(job_id: JobId, body: CompleteIn, rt: WriteRuntime) -> CompletedOut:
     """The job finished: free its resources and keep its observed duration and usage for retraining."""
     usage = {str(k): v for k, v in body.usage.items()}

@@ -214,10 +214,23 @@ class ClusterLoadedOut(_Answer):
     generation: int
 
 
+class RefusedOut(_Answer):
+    """A version behind the alias that was loaded but failed its probe, so it never answered."""
+
+    version: str
+    reason: str = Field(description="what predicting the probe jobs gave: what it raised, or the estimate "
+                                    "that was malformed, negative or not finite")
+    at: float = Field(description="when it was refused (Unix time, s)")
+
+
 class ModelsOut(_Answer):
     answering: str = Field(description="the model version answering; heuristic when none is loaded")
     alias: str
     degraded: bool
     last_error: str | None
     loaded_at: float | None = Field(description="when the answering version was loaded (Unix time, s)")
+    refused: RefusedOut | None = Field(description=(
+        "the last version behind the alias that failed its probe (the last good model, or the heuristic, "
+        "answers instead), until a version is swapped in or the alias is back on the one answering; "
+        "the poller does not load it again, a reload request does"))
 

@@ -8,10 +8,21 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from models.estimate import NeedsAnswer, RecordValue
-from placement import Job, Role, Task
+from placement import ONLINE_POLICY_NAMES, Job, Role, Task
+from service.codec import placeable_share
 from training.needs.estimator import curve_of
 from training.needs.vocabulary import validate as validate_hyperparams
 
@@ -22,6 +33,25 @@ Name = Annotated[str, StringConstraints(pattern=r"^[^\x00-\x1f\x7f]{1,128}$")]
 GpuType = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]{1,32}$")]
 
 
+def _integral(value: object) -> object:
+    """A number without a fraction (``2.0``) as the integer it is: JSON Schema's ``integer`` is every such
+    number, so a client may send one. ``2.5``, ``true`` and ``"2"`` reach the strict check and are refused."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Count = Annotated[int, BeforeValidator(_integral)]
+
+
+def _known_policy(name: str) -> str:
+    if name not in ONLINE_POLICY_NAMES:
+        raise ValueError(f"unknown placement policy {name!r}; known: {', '.join(ONLINE_POLICY_NAMES)}")
+    return name
+
+
+OnlinePolicyName = Annotated[str, AfterValidator(_known_policy),
+                             WithJsonSchema({"type": "string", "enum": list(ONLINE_POLICY_NAMES)})]
+
+
 MAX_INSTANCES_PER_JOB = 4096
 """Instances of one job, over all its tasks: more than the largest cluster shipped has GPUs would take,
 and few enough that placing one stays within tens of milliseconds on the event loop."""
@@ -29,9 +59,10 @@ MAX_INSTANCES_PER_BATCH = 20_000
 """Instances of one batch placement, over all its jobs."""
 
 
-def _amount(limit: float, description: str) -> Any:
+def _amount(limit: float, description: str, **schema: Any) -> Any:
     # strict: ``true`` is not one GPU, nor ``"4"`` four cores
-    return Field(0.0, ge=0.0, le=limit, allow_inf_nan=False, strict=True, description=description)
+    return Field(0.0, ge=0.0, le=limit, allow_inf_nan=False, strict=True, description=description,
+                 json_schema_extra=schema or None)
 
 
 def _printable(text: str) -> bool:
@@ -47,8 +78,9 @@ class TaskIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     role: Role = Role.WORKER
-    instances: int = Field(1, ge=1, le=MAX_INSTANCES_PER_JOB, strict=True)
-    gpu: float = _amount(64, "GPUs per instance: a whole count, or a share of one GPU below 1")
+    instances: Count = Field(1, ge=1, le=MAX_INSTANCES_PER_JOB, strict=True)
+    gpu: float = _amount(64, "GPUs per instance: a whole count, or a share of one GPU below 1",
+                         anyOf=[{"maximum": 1}, {"multipleOf": 1}])  # what ``_whole`` checks, for clients
     cpu_cores: float = _amount(4096, "CPU cores per instance")
     mem_gib: float = _amount(65_536, "host memory per instance, GiB")
     gpu_mem_gib: float | None = Field(None, ge=0.0, le=1024, allow_inf_nan=False, strict=True,
@@ -63,7 +95,7 @@ class TaskIn(BaseModel):
         return self
 
     def to_task(self) -> Task:
-        return Task(self.role, self.instances, self.gpu, self.cpu_cores, self.mem_gib,
+        return Task(self.role, self.instances, placeable_share(self.gpu), self.cpu_cores, self.mem_gib,
                     math.nan if self.gpu_mem_gib is None else self.gpu_mem_gib, self.bandwidth_gbps,
                     frozenset(self.gpu_types))
 
@@ -138,7 +170,7 @@ def _peak_gpu_mem_p90_gib(answer: NeedsAnswer | None) -> float | None:
 
 class PlaceIn(JobIn):
     dry_run: bool = Field(False, strict=True, description="decide and explain, store nothing")
-    policy: str | None = Field(None, max_length=32, description="online policy; default the service's")
+    policy: OnlinePolicyName | None = Field(None, description="online policy; default the service's")
 
 
 UsageKey = Literal["gpu", "gpu_mem_gib", "cpu_cores", "mem_gib", "net_gbps"]
@@ -159,7 +191,7 @@ class MachineIn(BaseModel):
 
     name: Name
     gpu_type: GpuType
-    gpus: int = Field(ge=0, le=10_000, strict=True)
+    gpus: Count = Field(ge=0, le=10_000, strict=True)
     cpu_cores: float = Field(gt=0.0, le=100_000, allow_inf_nan=False, strict=True)
     mem_gib: float = Field(gt=0.0, le=1e7, allow_inf_nan=False, strict=True)
     gpu_mem_gib: float | None = Field(None, gt=0.0, le=1024, allow_inf_nan=False, strict=True)
@@ -193,7 +225,7 @@ class BatchIn(BaseModel):
     jobs: list[JobIn] = Field(min_length=1, max_length=500)
     policy: Annotated[str, StringConstraints(pattern=r"^(gga|cpsat|ffd)$")] = "gga"
     time_limit_s: float = Field(1.0, gt=0.0, le=60.0, allow_inf_nan=False, strict=True)
-    seed: int = Field(0, ge=0, le=2**31 - 1, strict=True)
+    seed: Count = Field(0, ge=0, le=2**31 - 1, strict=True)
     dry_run: bool = Field(False, strict=True)
 
     @model_validator(mode="after")

@@ -32,11 +32,13 @@ from fastapi.concurrency import run_in_threadpool
 from placement import ClusterSnapshot, Decision, Job, Verdict, filter_nodes, place_on, score_nodes
 from service.k8s.pod import PodError, job_of_pod, object_at
 from service.k8s.wire import ExtenderBindingResult, ExtenderFilterResult, HostPriority
+from service.openapi import operation_id
 from service.problems import ANYWHERE, problems
 from service.runtime import ReadRuntime, Runtime, WriteRuntime
 from service.store import End, Place, Placed, Reason, Refused
 
-router = APIRouter(prefix="/k8s/extender", tags=["kubernetes"], responses=problems(*ANYWHERE))
+router = APIRouter(prefix="/k8s/extender", tags=["kubernetes"], responses=problems(*ANYWHERE),
+                   generate_unique_id_function=operation_id)
 
 
 def _node_names(args: dict[str, Any]) -> list[str]:

@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 from placement import Job, Role, Task
+from service.codec import placeable_share
 
 GPU_RESOURCE = "nvidia.com/gpu"
 SHARE, GPU_MEM, TYPES = "gpuplace.io/gpu-share", "gpuplace.io/gpu-mem-gib", "gpuplace.io/gpu-types"
@@ -84,7 +85,7 @@ def job_of_pod(pod: Any) -> Job:
         raise PodError(f"{GPU_RESOURCE}: {gpus} is not a whole number of GPUs")
     types = frozenset(t.strip() for t in str(annotations.get(TYPES, "")).split(",") if t.strip())
     gpu_mem = _annotation(annotations, GPU_MEM)
-    task = Task(Role.WORKER, 1, gpu=share if share is not None else gpus, cpu_cores=cpu, mem_gib=mem,
+    task = Task(Role.WORKER, 1, gpu=placeable_share(share) if share is not None else gpus, cpu_cores=cpu, mem_gib=mem,
                 gpu_mem_gib=math.nan if gpu_mem is None else gpu_mem, gpu_types=types)
     return Job(f"pod-{pod_uid(pod)}", (task,))
 

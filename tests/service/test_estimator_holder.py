@@ -9,11 +9,19 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
+from pathlib import Path
 
+import httpx
 import pytest
 
 from models.estimate import CacheCounts, JobRecord, Quantiles, TaskEstimate
 from service.estimator import HEURISTIC, PROBE, EstimatorHolder, Loaded
+from service.http.app import create_app
+from service.http.schemas import JobIn
+from service.runtime import Runtime
+from service.settings import Settings
+from service.store.memory import MemoryStore
+from tests.service.test_store import CLUSTER
 
 
 class FakeEstimator:
@@ -119,6 +127,68 @@ def test_a_version_that_fails_its_probe_is_refused_and_the_last_good_keeps_answe
         assert holder.predict([{}])[0].model_version == "1"
     registry.alias = "1"  # moved back: nothing to load, nothing wrong
     assert holder.reload() == "1" and not holder.degraded and holder.refused is None
+
+
+def test_a_refused_version_is_kept_with_its_reason_and_time_until_a_version_answers_again() -> None:
+    registry = FakeRegistry()
+    holder = EstimatorHolder(registry, "champion")
+    registry.alias, registry.faults = "1", {"2": "raise"}
+    assert holder.reload() == "1" and holder.refusal is None
+    registry.alias = "2"
+    before = time.time()
+    holder.reload()
+    refusal = holder.refusal
+    assert refusal is not None and refusal.version == "2" and before <= refusal.at <= time.time()
+    assert refusal.reason == "raised IndexError: index 1000000 is out of bounds for axis 1 with size 40"
+    assert f"refused: predicting the probe jobs {refusal.reason}" in (holder.last_error or "")
+    registry.alias, registry.broken = "3", {"3"}  # a version that cannot be loaded is no refusal by the probe
+    holder.reload()
+    assert holder.refusal == refusal and "unreadable" in (holder.last_error or "")
+    registry.alias = "1"
+    holder.reload()
+    assert holder.refusal is None and not holder.degraded
+
+
+def test_models_answers_the_refused_version_as_a_field_of_its_own(tmp_path: Path) -> None:
+    """``/v1/models`` (and the reload's answer) say which version was refused, why and when, besides
+    ``last_error``'s sentence; nothing while none is."""
+    registry = FakeRegistry()
+    registry.alias, registry.faults = "1", {"2": "nan"}
+    rt = Runtime(Settings(home=tmp_path, model_poll_s=0, api_keys=""), MemoryStore(CLUSTER),
+                 EstimatorHolder(registry, "champion"))
+    app = create_app(rt=rt)
+
+    async def scenario() -> None:
+        async with app.router.lifespan_context(app), httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://gpuplace") as client:
+            assert (await client.get("/v1/models")).json()["refused"] is None
+            registry.alias = "2"
+            before = time.time()
+            reloaded = (await client.post("/v1/models/reload")).json()
+            refused = reloaded["refused"]
+            assert reloaded["answering"] == "1" and reloaded["degraded"]
+            assert set(refused) == {"version", "reason", "at"} and refused["version"] == "2"
+            assert refused["reason"].startswith("gave task 0 of probe-whole-gpu a duration that is not a finite")
+            assert before <= refused["at"] <= time.time()
+            assert refused["reason"] in reloaded["last_error"]
+            assert (await client.get("/v1/models")).json() == reloaded
+            registry.alias = "1"
+            back = (await client.post("/v1/models/reload")).json()
+            assert back["refused"] is None and not back["degraded"]
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        gc.unfreeze()  # the app settles the heap when it starts
+
+
+def test_the_probe_jobs_have_exactly_the_fields_the_http_layer_hands_the_estimator() -> None:
+    """``PROBE`` stands for what serving asks: a field ``JobIn.records`` adds, renames or drops must be
+    followed there, or a version could pass the probe and fail every request."""
+    fields = [set(record) for record in JobIn(job_id="j", tasks=[{}, {"role": "ps"}]).records()]
+    assert fields[0] == fields[1]
+    for record in PROBE:
+        assert set(record) == fields[0], (record["job_id"], set(record) ^ fields[0])
 
 
 def test_without_a_good_version_the_heuristic_answers_and_the_poller_does_not_load_a_refused_one_again() -> None:

@@ -120,6 +120,20 @@ def test_instances_are_bounded_per_job_and_per_batch(client: httpx.Client) -> No
     assert_refused(client.post("/v1/place/batch", json={"jobs": jobs}), naming="instances")
 
 
+@pytest.mark.parametrize("share", ["1e-13", "5e-324"])
+def test_a_gpu_share_too_small_to_count_is_placed_as_one_milli_gpu(client: httpx.Client, share: str) -> None:
+    # placement counts shares in milli-GPUs: one that rounded to none still needed a GPU, and no
+    # allocation could give it one (a 500, found by the stateful schemathesis test)
+    body = job("tiny", tasks=[{"gpu": 0.5, "instances": 2, "cpu_cores": 1}])
+    reply = client.post("/v1/place", content=with_number({**body, "dry_run": True}, "tasks.0.gpu", share))
+    assert reply.status_code == 200 and reply.json()["verdict"] == "placed", reply.text
+    assert all(p["gpu_milli"] == 1 and len(p["gpus"]) == 1 for p in reply.json()["allocation"]["instances"])
+    for policy in ("gga", "ffd", "cpsat"):
+        batch = with_number({"jobs": [body], "policy": policy, "dry_run": True}, "jobs.0.tasks.0.gpu", share)
+        reply = client.post("/v1/place/batch", content=batch)
+        assert reply.status_code == 200 and reply.json()["decisions"][0]["verdict"] == "placed", reply.text
+
+
 @pytest.mark.parametrize("raw", [
     "[" * 5000 + "]" * 5000, '{"job_id": "n", "tasks": ' + "[" * 5000 + "]" * 5000 + "}",
     "not json", "", '{"job_id": "t", "tasks": [{"gpu": 1}]', "\xff\xfe{}",

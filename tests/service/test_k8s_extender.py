@@ -130,6 +130,8 @@ def test_quantities_and_pod_mapping() -> None:
     assert task.gpu_types == frozenset({"V100", "V100M32"})
     shared = job_of_pod(pod("u1", gpus=None, annotations={"gpuplace.io/gpu-share": "0.25"})).tasks[0]
     assert shared.gpu == 0.25
+    tiny = job_of_pod(pod("u4", gpus=None, annotations={"gpuplace.io/gpu-share": "1e-13"})).tasks[0]
+    assert tiny.gpu == 0.001  # placement's smallest share: one that rounded to none could not be placed
     with pytest.raises(PodError, match=r"requests.cpu: 'lots'"):
         job_of_pod(pod("u2", cpu="lots"))
     with pytest.raises(PodError, match="gpu-share"):

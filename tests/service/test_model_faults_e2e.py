@@ -88,7 +88,9 @@ def test_a_champion_that_cannot_predict_is_refused_and_the_last_good_keeps_answe
             ready = httpx.get(f"{server.url}/readyz").json()
             assert ready["status"] == "degraded" and ready["model_version"] == versions.good, ready
             assert ready["model_error"] == refusal
-            assert httpx.get(f"{server.url}/v1/models").json()["last_error"] == refusal
+            models = httpx.get(f"{server.url}/v1/models").json()
+            assert models["last_error"] == refusal and models["refused"] == reloaded["refused"]
+            assert reloaded["refused"]["version"] == broken and why in reloaded["refused"]["reason"]
             predicted = httpx.post(f"{server.url}/v1/predict", json=JOB)
             assert predicted.status_code == 200 and predicted.json()["model_version"] == versions.good
             assert predicted.json()["duration_s"]["p90"] > 0
@@ -98,6 +100,7 @@ def test_a_champion_that_cannot_predict_is_refused_and_the_last_good_keeps_answe
         registry.set_alias(CHAMPION, versions.good)  # the alias moves back: nothing to load, nothing wrong
         back = httpx.post(f"{server.url}/v1/models/reload", headers=KEY, timeout=60).json()
         assert back["answering"] == versions.good and not back["degraded"] and back["last_error"] is None
+        assert back["refused"] is None
         assert httpx.get(f"{server.url}/readyz").json()["status"] == "ready"
     finally:
         server.stop()
