@@ -8,16 +8,18 @@ a field is a finite non-negative number or a whole one. Blank lines are skipped.
 
 from __future__ import annotations
 
-import _csv
 import csv
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from placement.model.errors import InputError
 from placement.model.text_files import not_utf8_error, refuse_non_text
+
+if TYPE_CHECKING:  # the reader's type is named only in the stubs
+    from _csv import Reader
 
 SHOWN_CHARS = 120
 """At most this much of a malformed line goes into its error: enough to recognise it, not a screenful."""
@@ -80,7 +82,7 @@ def csv_rows(path: str | Path, columns: tuple[str, ...], has_header: bool,
             raise error_type(str(path), f"not a well-formed CSV file: {exc}", reader.line_num) from None
 
 
-def _checked_rows(reader: _csv.Reader, path: str, columns: tuple[str, ...], has_header: bool,
+def _checked_rows(reader: Reader, path: str, columns: tuple[str, ...], has_header: bool,
                   error_type: type[InputError]) -> Iterator[Row]:
     if has_header:
         header = next(reader, None)

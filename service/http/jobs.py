@@ -11,7 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from models.estimate import JobEstimate, JobRecord, job_estimate
 from placement import Cluster, ClusterSnapshot, Decision, Job, OnlinePolicy, Verdict, batch_policy, violations
-from service.codec import allocation_to_json
+from service.codec import Json, allocation_to_json
 from service.http.responses import (
     AllocationOut,
     BatchOut,
@@ -21,6 +21,7 @@ from service.http.responses import (
     EstimateOut,
     JobOut,
     ReleasedOut,
+    estimate_json,
 )
 from service.http.schemas import BatchIn, CompleteIn, JobId, JobIn, PlaceIn
 from service.openapi import JOB_ID, linked, operation_id
@@ -80,13 +81,13 @@ async def place(body: PlaceIn, rt: WriteRuntime) -> DecisionOut:
         raise HTTPException(422, str(exc.args[0])) from exc
     records = body.records()
     estimate = await estimate_async(rt, body, records)
-    est = EstimateOut.of(estimate)
+    est = estimate_json(estimate)
     job = _to_job(body, estimate)
     if body.dry_run:
         decision, cluster = await run_in_threadpool(_decide_only, rt, policy, job)
         committed = False
     else:
-        details = {"estimate": est.model_dump(), "model_version": estimate.model_version, "records": records}
+        details = {"estimate": est, "model_version": estimate.model_version, "records": records}
         match await rt.cycle.run(Place(job, policy, details)):
             case Placed(decision=decision, cluster=cluster):
                 committed = True
@@ -107,11 +108,13 @@ def _decide_only(rt: Runtime, policy: OnlinePolicy, job: Job) -> tuple[Decision,
     return policy(snapshot, job), snapshot.cluster
 
 
-def _decision_out(cluster: Cluster, decision: Decision, committed: bool, est: EstimateOut) -> DecisionOut:
+def _decision_out(cluster: Cluster, decision: Decision, committed: bool, est: Json) -> DecisionOut:
+    """The answer, validated in one pass from its JSON form (``est``: :func:`estimate_json`)."""
     allocation = allocation_to_json(cluster, decision.allocation) if decision.allocation else None
-    return DecisionOut(job_id=decision.job_id, verdict=decision.verdict, committed=committed, policy=decision.policy,
-                       generation=decision.generation, allocation=allocation, score=dict(decision.score),
-                       reasons=list(decision.reasons), estimate=est)
+    return DecisionOut.model_validate({
+        "job_id": decision.job_id, "verdict": decision.verdict, "committed": committed, "policy": decision.policy,
+        "generation": decision.generation, "allocation": allocation, "score": dict(decision.score),
+        "reasons": list(decision.reasons), "estimate": est})
 
 
 @router.post("/place/batch", responses=linked("get_job", "release_job", "complete_job",
@@ -125,7 +128,7 @@ async def place_batch(body: BatchIn, rt: WriteRuntime) -> BatchOut:
     if existing:
         raise HTTPException(409, f"jobs already exist (job ids are never reused): {existing[:10]}")
     estimates = await run_in_threadpool(estimate_many, rt, body.jobs)
-    answers = [EstimateOut.of(e) for e in estimates]
+    answers = [estimate_json(e) for e in estimates]
     jobs = [_to_job(j, e) for j, e in zip(body.jobs, estimates, strict=True)]
     snapshot = await run_in_threadpool(rt.store.snapshot)
     result = await run_in_threadpool(batch_policy(body.policy), snapshot, jobs, body.time_limit_s, body.seed)
@@ -134,7 +137,7 @@ async def place_batch(body: BatchIn, rt: WriteRuntime) -> BatchOut:
         index = {d.job_id: i for i, d in enumerate(result.decisions)}
         order = [index[j] for j in result.applied_order]
         done = await rt.cycle.run_all([Place(jobs[i], StillFits(result.decisions[i]), {
-            "batch": body.policy, "estimate": answers[i].model_dump(), "model_version": estimates[i].model_version,
+            "batch": body.policy, "estimate": answers[i], "model_version": estimates[i].model_version,
             "records": body.jobs[i].records()}) for i in order])
         for i, outcome in zip(order, done, strict=True):
             stored[i] = isinstance(outcome, Placed)
