@@ -154,28 +154,30 @@ def _with(snapshot: ClusterSnapshot, allocation: Allocation, sign: int,
         mem[p.machine] += sign * p.mem_mib
     child = ClusterSnapshot(snapshot.cluster, snapshot.generation + 1, frozen(gpu_milli), frozen(gpu_mem),
                             frozen(cpu), frozen(mem), allocations)
-    _carry_derived(snapshot, child, {p.machine for p in allocation.instances})
+    _carry_derived(snapshot, child, allocation, sign)
     return child
 
 
-def _carry_derived(parent: ClusterSnapshot, child: ClusterSnapshot, machines: set[int]) -> None:
-    """Give ``child`` the per-machine sums ``parent`` has derived, recomputed on ``machines`` only
-    (the only ones that differ), instead of deriving them again over the whole cluster."""
+def _carry_derived(parent: ClusterSnapshot, child: ClusterSnapshot, allocation: Allocation, sign: int) -> None:
+    """Give ``child`` the per-machine sums ``parent`` has derived, changed by ``allocation`` alone:
+    O(GPUs the allocation holds), where summing its machines again would cost O(GPUs of those machines)
+    (on one big node, every GPU of the cluster, on every start and end of a replay)."""
     known = parent._per_machine
     if known.gpu_milli is None or known.free_whole is None or known.share is None:
         return
     layout = child.layout
     milli, free, share = known.gpu_milli.copy(), known.free_whole.copy(), known.share.copy()
-    for m in machines:
-        first, count = int(layout.gpu_first[m]), int(layout.gpu_count[m])
-        if count:
-            used = child.gpu_milli_used[first:first + count].tolist()
-            mem = child.gpu_mem_used[first:first + count].tolist()
-            milli[m] = sum(used)
-            free[m] = sum(u == 0 and g == 0 for u, g in zip(used, mem, strict=True))
-            share[m] = sum(used) / (count * MILLI)
-        else:
-            share[m] = child.cpu_used[m] / max(int(layout.cpu_cap[m]), 1)
+    gpus: set[int] = set()
+    for p in allocation.instances:
+        milli[p.machine] += sign * p.gpu_milli * len(p.gpus)
+        gpus.update(p.gpus)
+    for g in gpus:  # a GPU is free when nothing holds a share or memory of it
+        was = parent.gpu_milli_used[g] == 0 and parent.gpu_mem_used[g] == 0
+        now = child.gpu_milli_used[g] == 0 and child.gpu_mem_used[g] == 0
+        free[layout.gpu_machine[g]] += int(now) - int(was)
+    for m in {p.machine for p in allocation.instances}:
+        count = int(layout.gpu_count[m])
+        share[m] = int(milli[m]) / (count * MILLI) if count else child.cpu_used[m] / max(int(layout.cpu_cap[m]), 1)
     sums = child._per_machine
     sums.gpu_milli, sums.free_whole, sums.share = frozen(milli), frozen(free), frozen(share)
 
