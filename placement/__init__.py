@@ -6,7 +6,8 @@ Cluster, Job, online_policy``) rather than from the modules that define them, wh
 the model (clusters, jobs, snapshots) and the replay, they are: ``place`` and the policies by name
 (``online_policy``, ``batch_policy``); per machine, ``filter_nodes`` (can it host one instance, and if
 not why) and ``score_nodes`` (a policy's bounded score), and ``place_on`` (a job on a machine another
-scheduler chose); and the extension points, ``Filter`` and ``Scorer``, with their registries. Each
+scheduler chose); the scheduler in front of placement (``schedule``: queues with quotas, pending and running
+jobs in, a ``Plan`` out); and the extension points, ``Filter`` and ``Scorer``, with their registries. Each
 module is loaded when a name from it is first used, so importing a light part of the package (its
 errors, its GPU-type table) does not load the policies and their dependencies.
 """
@@ -88,6 +89,30 @@ if TYPE_CHECKING:
     from placement.online.scorers import SCORERS as SCORERS
     from placement.online.scorers.base import Scorer as Scorer
     from placement.online.scorers.base import bounded as bounded
+    from placement.scheduling.cycle import schedule as schedule
+    from placement.scheduling.errors import QueueConfigError as QueueConfigError
+    from placement.scheduling.jobs import DurationEstimate as DurationEstimate
+    from placement.scheduling.jobs import JobMode as JobMode
+    from placement.scheduling.jobs import PendingJob as PendingJob
+    from placement.scheduling.jobs import RunningJob as RunningJob
+    from placement.scheduling.orders import ORDERS as ORDERS
+    from placement.scheduling.orders import queue_order as queue_order
+    from placement.scheduling.plan import Plan as Plan
+    from placement.scheduling.plan import PlannedStart as PlannedStart
+    from placement.scheduling.plan import Preemption as Preemption
+    from placement.scheduling.plan import PreemptReason as PreemptReason
+    from placement.scheduling.plan import Reservation as Reservation
+    from placement.scheduling.plan import ReservationKind as ReservationKind
+    from placement.scheduling.plan import WaitingJob as WaitingJob
+    from placement.scheduling.plan import WaitReason as WaitReason
+    from placement.scheduling.plan import apply_plan as apply_plan
+    from placement.scheduling.queue_config import queues_from_dict as queues_from_dict
+    from placement.scheduling.queue_config import queues_to_dict as queues_to_dict
+    from placement.scheduling.queue_yaml import load_queues as load_queues
+    from placement.scheduling.queue_yaml import parse_queues_yaml as parse_queues_yaml
+    from placement.scheduling.queues import Queue as Queue
+    from placement.scheduling.queues import QueueSet as QueueSet
+    from placement.scheduling.settings import SchedulingSettings as SchedulingSettings
     from placement.sim.engine import BatchWindow as BatchWindow
     from placement.sim.engine import JobRecord as JobRecord
     from placement.sim.engine import SimResult as SimResult
@@ -125,6 +150,16 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "placement.online.policies": ("ONLINE_POLICY_NAMES", "OnlinePolicy", "online_policy", "place"),
     "placement.online.scorers": ("SCORERS",),
     "placement.online.scorers.base": ("Scorer", "bounded"),
+    "placement.scheduling.cycle": ("schedule",),
+    "placement.scheduling.errors": ("QueueConfigError",),
+    "placement.scheduling.jobs": ("DurationEstimate", "JobMode", "PendingJob", "RunningJob"),
+    "placement.scheduling.orders": ("ORDERS", "queue_order"),
+    "placement.scheduling.plan": ("Plan", "PlannedStart", "PreemptReason", "Preemption", "Reservation",
+                                  "ReservationKind", "WaitReason", "WaitingJob", "apply_plan"),
+    "placement.scheduling.queue_config": ("queues_from_dict", "queues_to_dict"),
+    "placement.scheduling.queue_yaml": ("load_queues", "parse_queues_yaml"),
+    "placement.scheduling.queues": ("Queue", "QueueSet"),
+    "placement.scheduling.settings": ("SchedulingSettings",),
     "placement.sim.engine": ("BatchWindow", "JobRecord", "SimResult", "simulate"),
     "placement.sim.fill": ("FillCurve", "FillSummary", "fill", "parse_seeds", "summarise_fill"),
     "placement.sim.jobs": ("SimJob", "without_sharing"),

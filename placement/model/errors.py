@@ -24,12 +24,15 @@ class InputError(ValueError):
     column: str | None = None
     value: object = None
 
+    place_word = "column"
+    """What ``column`` is called in the message: a column of a file, or a field of a document."""
+
     def __str__(self) -> str:
         where = str(self.path)
         if self.line is not None:
             where += f", line {self.line}"
         if self.column is not None:
-            where += f", column '{self.column}'"
+            where += f", {self.place_word} '{self.column}'"
         text = f"{where}: {self.problem}"
         if self.value is not None:
             text += f" (got {self.value!r})"

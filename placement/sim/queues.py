@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import groupby
 from typing import Protocol
 
+from placement.scheduling.orders import CausalMedian, arrival_key
 from placement.sim.jobs import SimJob
 
 UserShares = Mapping[str, float]
@@ -93,20 +93,15 @@ class _StaticQueue:
 
 
 class _EstimateKey:
-    """SJF key by a named estimate; a missing estimate takes the median of those seen so far."""
+    """SJF key by a named estimate; a missing estimate takes the median of those seen so far (the
+    scheduler's rule for ``sjf``: ``placement.scheduling.orders.CausalMedian``)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.seen: list[float] = []
+        self.fill = CausalMedian()
 
     def __call__(self, job: SimJob) -> Key:
-        value = job.estimate(self.name)
-        if math.isnan(value):
-            n = len(self.seen)
-            value = 0.0 if n == 0 else (self.seen[n // 2] if n % 2 else (self.seen[n // 2 - 1] + self.seen[n // 2]) / 2)
-        else:
-            bisect.insort(self.seen, value)
-        return (value, job.submit_s, job.job_id)
+        return (self.fill(job.estimate(self.name)), job.submit_s, job.job_id)
 
 
 class _DrfQueue:
@@ -156,7 +151,7 @@ class QueuePolicy:
 
 
 def _fifo_key(job: SimJob) -> Key:
-    return (job.submit_s, 0.0, job.job_id)
+    return arrival_key(job.submit_s, job.job_id)
 
 
 def _oracle_key(job: SimJob) -> Key:

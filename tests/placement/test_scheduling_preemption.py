@@ -1,0 +1,137 @@
+"""Preemption and opportunistic jobs: victims lose the least work, opportunistic ones go first, a gang is
+preempted whole, guarantees are never taken, and opportunistic jobs live outside quota. SYNTHETIC clusters."""
+
+from __future__ import annotations
+
+from placement.model.snapshot import ClusterSnapshot, apply
+from placement.scheduling.jobs import JobMode
+from placement.scheduling.plan import PreemptReason, WaitReason, apply_plan
+from tests.placement.scheduling_cases import (
+    FIRST_FIT,
+    gpu_job,
+    pending,
+    plan_of,
+    queues,
+    running,
+    started,
+    synthetic_cluster,
+)
+
+G, OPP = JobMode.GUARANTEED, JobMode.OPPORTUNISTIC
+
+
+def _victims(plan: object) -> list[tuple[str, PreemptReason]]:
+    return [(p.job_id, p.reason) for p in plan.preemptions]  # type: ignore[attr-defined]
+
+
+def test_a_higher_priority_job_preempts_the_victim_that_loses_least_work() -> None:
+    cluster = synthetic_cluster(8)  # synthetic: one machine, 8 GPUs
+    qs = queues(cluster, {"name": "a", "quota": {"gpus": 8}})
+    snapshot, run = running(cluster, (gpu_job("old", 4), "a", 0.0, 5000.0, G),  # ran 1000 s: 4000 GPU-s
+                            (gpu_job("new", 4), "a", 900.0, 5000.0, G))  # ran 100 s: 400 GPU-s
+    plan = plan_of(snapshot, [pending(gpu_job("urgent", 4, priority=10), "a")], run, qs, now=1000.0)
+    assert _victims(plan) == [("new", PreemptReason.HIGHER_PRIORITY)]
+    assert plan.preemptions[0].lost_gpu_s == 400.0
+    assert started(plan) == ["urgent"]
+
+
+def test_an_equal_priority_job_preempts_nobody() -> None:
+    cluster = synthetic_cluster(8)
+    qs = queues(cluster, {"name": "a", "quota": {"gpus": 8}})
+    snapshot, run = running(cluster, (gpu_job("r", 8), "a", 0.0, 5000.0, G))
+    plan = plan_of(snapshot, [pending(gpu_job("same", 4), "a")], run, qs, now=10.0)
+    assert plan.preemptions == () and plan.waiting_for("same").reason is WaitReason.OVER_QUOTA  # type: ignore[union-attr]
+
+
+def test_a_gang_is_preempted_whole_or_not_at_all() -> None:
+    cluster = synthetic_cluster(4, 4, 4)  # synthetic: three machines of 4 GPUs
+    qs = queues(cluster, {"name": "a", "quota": {"gpus": 12}})
+    # the gang's two 4-GPU workers fill machines 0 and 1; it ran 10 s (80 GPU-s); "solo" ran 100 s (400 GPU-s)
+    snapshot, run = running(cluster, (gpu_job("gang", 4, instances=2), "a", 90.0, 5000.0, G),
+                            (gpu_job("solo", 4), "a", 0.0, 5000.0, G))
+    assert snapshot.allocations["gang"].machines() == {0, 1}
+    plan = plan_of(snapshot, [pending(gpu_job("urgent", 4, priority=10), "a")], run, qs, now=100.0)
+    assert _victims(plan) == [("gang", PreemptReason.HIGHER_PRIORITY)]  # cheaper, and released whole
+    after = apply_plan(snapshot, plan)
+    assert "gang" not in after.allocations
+    assert all(len(a.instances) == {"solo": 1, "urgent": 1}[j] for j, a in after.allocations.items())
+    assert int(after.gpu_milli_used.sum()) == 8 * 1000  # solo + urgent: no GPU of the gang is left held
+
+
+def test_opportunistic_jobs_are_preempted_first() -> None:
+    cluster = synthetic_cluster(8)
+    qs = queues(cluster, {"name": "a", "quota": {"gpus": 8}})
+    # the opportunistic job has done far more work than the low-priority guaranteed one, and still goes first
+    snapshot, run = running(cluster, (gpu_job("opp", 4), "a", 0.0, 5000.0, OPP),
+                            (gpu_job("low", 4), "a", 990.0, 5000.0, G))
+    plan = plan_of(snapshot, [pending(gpu_job("urgent", 4, priority=10), "a")], run, qs, now=1000.0)
+    assert _victims(plan) == [("opp", PreemptReason.OPPORTUNISTIC)]
+    assert started(plan) == ["urgent"]
+
+
+def test_a_queue_reclaims_its_guarantee_from_a_borrower_only() -> None:
+    cluster = synthetic_cluster(8)
+    qs = queues(cluster, {"name": "a", "cohort": "c", "quota": {"gpus": 4}},
+                {"name": "b", "cohort": "c", "quota": {"gpus": 4}}, cohorts=["c"])
+    # b borrowed a's idle 4 GPUs: b1 ran 100 s, b2 ran 10 s
+    snapshot, run = running(cluster, (gpu_job("b1", 4), "b", 0.0, 5000.0, G), (gpu_job("b2", 4), "b", 90.0, 5000.0, G))
+    plan = plan_of(snapshot, [pending(gpu_job("a1", 4), "a"), pending(gpu_job("a2", 4), "a")], run, qs, now=100.0)
+    assert _victims(plan) == [("b2", PreemptReason.RECLAIM)]  # b is back at its guarantee: b1 stays
+    assert started(plan) == ["a1"]
+    assert plan.waiting_for("a2").reason is WaitReason.OVER_QUOTA  # type: ignore[union-attr]
+
+
+def test_jobs_the_scheduler_did_not_start_are_never_preempted() -> None:
+    cluster = synthetic_cluster(8)
+    qs = queues(cluster, {"name": "a", "quota": {"gpus": 8}})
+    placed = FIRST_FIT(ClusterSnapshot.empty(cluster), gpu_job("outside", 8))
+    assert placed.allocation is not None
+    snapshot = apply(ClusterSnapshot.empty(cluster), placed.allocation)
+    plan = plan_of(snapshot, [pending(gpu_job("p", 4, priority=99), "a")], [], qs, now=0.0)
+    assert plan.preemptions == ()
+    waiting = plan.waiting_for("p")
+    assert waiting is not None and waiting.reason is WaitReason.DOES_NOT_FIT_NOW  # the outsider never ends
+
+
+def test_preemption_can_be_turned_off() -> None:
+    cluster = synthetic_cluster(8)
+    qs = queues(cluster, {"name": "a", "quota": {"gpus": 8}})
+    snapshot, run = running(cluster, (gpu_job("opp", 8), "a", 0.0, 5000.0, OPP))
+    plan = plan_of(snapshot, [pending(gpu_job("p", 4), "a")], run, qs, now=10.0, preemption=False)
+    assert plan.preemptions == () and started(plan) == []
+
+
+def test_an_opportunistic_job_runs_outside_quota_and_gives_way_later() -> None:
+    cluster = synthetic_cluster(8)
+    qs = queues(cluster, {"name": "a", "quota": {"gpus": 0}}, {"name": "b", "quota": {"gpus": 8}})
+    empty, _ = running(cluster)
+    plan = plan_of(empty, [pending(gpu_job("opp", 8), "a", mode=OPP)], [], qs, now=0.0)
+    assert started(plan) == ["opp"] and plan.starts[0].mode is OPP
+    assert plan.usage.get("a", {}).get("gpus", 0.0) == 0.0  # counts against no quota
+    # the next cycle: b's guaranteed job takes the GPUs back at once
+    snapshot, run = running(cluster, (gpu_job("opp", 8), "a", 0.0, 5000.0, OPP))
+    plan = plan_of(snapshot, [pending(gpu_job("g", 8), "b")], run, qs, now=60.0)
+    assert _victims(plan) == [("opp", PreemptReason.OPPORTUNISTIC)] and started(plan) == ["g"]
+
+
+def test_an_opportunistic_job_is_upgraded_when_its_quota_allows() -> None:
+    cluster = synthetic_cluster(8)
+    qs = queues(cluster, {"name": "a", "quota": {"gpus": 4}})
+    snapshot, run = running(cluster, (gpu_job("later", 4), "a", 5.0, 5000.0, OPP),
+                            (gpu_job("earlier", 4), "a", 0.0, 5000.0, OPP))
+    plan = plan_of(snapshot, [], run, qs, now=10.0)
+    assert plan.upgrades == ("earlier",)  # longest running first: 4 GPUs fit the quota of 4, 8 would not
+    assert plan.usage["a"]["gpus"] == 4.0
+    # nobody is upgraded while a guaranteed job of the queue waits
+    assert plan_of(snapshot, [pending(gpu_job("g", 8), "a")], run, qs, now=10.0).upgrades == ()
+
+
+def test_a_guaranteed_job_that_waited_long_enough_starts_opportunistically() -> None:
+    cluster = synthetic_cluster(8)
+    qs = queues(cluster, {"name": "a", "quota": {"gpus": 2}})
+    empty, _ = running(cluster)
+    jobs = [pending(gpu_job("over", 4), "a", submit_s=0.0)]
+    assert started(plan_of(empty, jobs, [], qs, now=100.0)) == []
+    plan = plan_of(empty, jobs, [], qs, now=100.0, opportunistic_after_s=60.0)
+    assert started(plan) == ["over"] and plan.starts[0].mode is OPP
+    assert plan_of(empty, jobs, [], qs, now=30.0, opportunistic_after_s=60.0).starts == ()
