@@ -12,6 +12,14 @@ Each cycle takes every op waiting (up to ``max_batch``) and:
    ``max_moves`` such retries in a row it lets the write decide on the locked state itself, so that a
    process always gets its turn however busy the others are.
 
+A cycle that stored a change the queues care about (a job submitted, ended, cancelled; new queues or
+a new cluster) while jobs are pending is followed by a scheduling pass (:func:`schedule_pass`), before
+its answers are sent: ``placement.schedule`` decides on the state and the queues as committed, outside
+any transaction, and its plan (preemptions, starts) is written only on the generation it was decided
+on, as placements are; a submitted job that the pass started is answered as running. Nothing polls:
+besides these changes, only the earliest reservation's estimated time wakes a pass (a timer), and an
+empty group asks for one (:meth:`Cycle.wake`).
+
 While other processes write as busily as this one (a cycle found the state moved, or found their
 writes when it wrote), the next cycles let the write decide on the locked state straight away:
 deciding ahead would mostly be decided again, and the moves would cost more placements than deciding
@@ -44,15 +52,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import queue
 import threading
-from collections import defaultdict
+import time
+from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from placement import ClusterSnapshot, apply, release
+from placement import ClusterSnapshot, Plan, apply, at_generation, release
 from service.loop_batch import LoopBatcher, settle
-from service.store import End, Moved, Op, Place, Refused, Result, Store
+from service.store import (
+    RUNNING,
+    Cancel,
+    Cancelled,
+    Decide,
+    End,
+    Ended,
+    Moved,
+    Op,
+    Place,
+    QueuesSet,
+    Refused,
+    Replaced,
+    Result,
+    Schedule,
+    Scheduled,
+    SetQueues,
+    Store,
+    Submit,
+    Submitted,
+)
 
 log = logging.getLogger(__name__)
 MAX_MOVES = 2
@@ -92,6 +122,12 @@ def decide(snapshot: ClusterSnapshot,
                 elif isinstance(op, End) and deciding:
                     ending.append(op.job_id)  # released when a later placement needs the state
                     ops.append(op)
+                elif isinstance(op, Submit | Cancel | SetQueues) and deciding:
+                    # the generation moves, the usage does not (a refused one moves nothing: the
+                    # decisions after it are made again in the write)
+                    base, ending = _released(base, ending), []
+                    base = at_generation(base, base.generation + 1)
+                    ops.append(op)
                 else:
                     deciding = False
                     ops.append(Place(op.job, op.policy, op.details) if isinstance(op, Place) else op)
@@ -119,6 +155,8 @@ class Turn:
     outcomes: list[Outcome]
     moves: int
     crowded: bool
+    pending: int = 0
+    """Jobs pending once it was written."""
 
 
 def cycle(store: Store, groups: Sequence[Sequence[Op]], ahead: bool = True, max_moves: int = MAX_MOVES) -> Turn:
@@ -140,7 +178,42 @@ def cycle(store: Store, groups: Sequence[Sequence[Op]], ahead: bool = True, max_
     results, out = iter(written.results), list[Outcome]()
     for group in decided:
         out.append(group if isinstance(group, BaseException) else [next(results) for _ in group])
-    return Turn(out, moves, crowded)
+    return Turn(out, moves, crowded, written.pending)
+
+
+_WAKES = (Submitted, Ended, Cancelled, QueuesSet, Replaced)
+"""Results after which pending jobs may start: something was queued, freed, or reconfigured."""
+
+
+def schedule_pass(store: Store, decide: Decide, max_moves: int = MAX_MOVES) -> Scheduled:
+    """One scheduling pass: ``decide`` on the state and queues as committed, outside the transaction, and
+    the plan written only on the generation it was decided on; if another process wrote in between,
+    decided again on the state as committed, and after ``max_moves`` such moves in the write itself. A
+    plan that changes nothing is not written."""
+    moves = 0
+    while True:
+        if moves <= max_moves:
+            snapshot, queued = store.queued()
+            plan = decide(snapshot, queued)
+            if not (plan.starts or plan.preemptions or plan.upgrades):
+                return Scheduled(plan, (), ())
+            written = store.write([Schedule(decide, plan)], plan.generation)
+        else:
+            written = store.write([Schedule(decide)])
+        if not isinstance(written, Moved):
+            result = written.results[0]
+            assert isinstance(result, Scheduled), f"a scheduling pass came to {result!r}"
+            return result
+        moves += 1
+
+
+def _answered_as_started(outcomes: list[Outcome], started: set[str]) -> list[Outcome]:
+    """A submitted job that the pass of its own cycle started is answered as running."""
+    if not started:
+        return outcomes
+    return [o if isinstance(o, BaseException) else
+            [replace(r, state=RUNNING) if isinstance(r, Submitted) and r.job_id in started else r for r in o]
+            for o in outcomes]
 
 
 def run_cycle(store: Store, ops: Sequence[Op]) -> list[Result]:
@@ -155,8 +228,15 @@ def run_cycle(store: Store, ops: Sequence[Op]) -> list[Result]:
 class Cycle:
     """The cycles of one process over ``store`` (see module docstring)."""
 
-    def __init__(self, store: Store, max_batch: int = 64, on_loop: bool | None = None) -> None:
-        self.store, self.max_batch = store, max_batch
+    def __init__(self, store: Store, max_batch: int = 64, on_loop: bool | None = None,
+                 decide: Decide | None = None) -> None:
+        self.store, self.max_batch, self.decide = store, max_batch, decide
+        self.preemptions: Counter[tuple[str, str]] = Counter()
+        """Jobs this process's passes preempted, by queue and reason."""
+        self.due: float | None = None
+        """The earliest estimated time (Unix s) a reservation of the last plan comes due."""
+        self._timer: asyncio.TimerHandle | None = None
+        self._woken: asyncio.Task[None] | None = None
         self.on_loop = store.fast_commits if on_loop is None else on_loop
         self._on_loop: LoopBatcher[list[Op], list[Result]] = LoopBatcher(self._outcomes, take=self._taken)
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
@@ -170,8 +250,32 @@ class Cycle:
         """``op``'s result, once committed; an exception of its own (a policy's) or of the database is raised."""
         return (await self.run_all([op]))[0]
 
+    async def wake(self) -> None:
+        """A scheduling pass (in the next cycle), as after a change the cycle did not see (a cluster
+        spec loaded directly through the store)."""
+        await self.run_all([])
+
     async def run_all(self, ops: Sequence[Op]) -> list[Result]:
         """The results of ``ops``, decided in order and written in one transaction."""
+        try:
+            return await self._run_all(ops)
+        finally:
+            self._arm()
+
+    def _arm(self) -> None:
+        """A timer for the earliest reservation that comes due, if a plan has one and none is set."""
+        due = self.due
+        if due is None or (self._timer is not None and not self._timer.cancelled()):
+            return
+        loop = asyncio.get_running_loop()
+
+        def fire() -> None:
+            self._timer, self.due = None, None
+            self._woken = loop.create_task(self.wake())
+
+        self._timer = loop.call_later(max(due - time.time(), 0.0), fire)
+
+    async def _run_all(self, ops: Sequence[Op]) -> list[Result]:
         if self.on_loop:
             return await self._on_loop.submit(list(ops))
         loop = asyncio.get_running_loop()
@@ -185,6 +289,8 @@ class Cycle:
         return await future
 
     def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
         if self._thread is not None:
             self._queue.put(None)
             self._thread.join(timeout=30)
@@ -247,4 +353,24 @@ class Cycle:
             log.warning("a cycle's transaction failed; writing its groups one by one", extra={"error": str(exc)})
             return [outcome for group in groups for outcome in self._outcomes([group])]
         self.moves, self.quiet = self.moves + turn.moves, 0 if turn.crowded else self.quiet + 1
-        return turn.outcomes
+        if self.decide is None or turn.pending <= 0 or not self._wakes(groups, turn.outcomes):
+            return turn.outcomes
+        try:
+            scheduled = schedule_pass(self.store, self.decide)
+        except Exception:  # what the cycle wrote is committed: its answers go out; the next change tries again
+            log.exception("a scheduling pass failed")
+            return turn.outcomes
+        self._planned(scheduled.plan)
+        return _answered_as_started(turn.outcomes, set(scheduled.started))
+
+    @staticmethod
+    def _wakes(groups: list[list[Op]], outcomes: list[Outcome]) -> bool:
+        if any(not group for group in groups):
+            return True
+        return any(isinstance(r, _WAKES) for o in outcomes if not isinstance(o, BaseException) for r in o)
+
+    def _planned(self, plan: Plan) -> None:
+        for preemption in plan.preemptions:
+            self.preemptions[(preemption.queue, preemption.reason.value)] += 1
+        due = [r.at_s for r in plan.reservations if math.isfinite(r.at_s) and r.at_s > plan.now]
+        self.due = min(due) if due else None

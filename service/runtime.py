@@ -12,11 +12,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from placement import OnlinePolicy, PlacementConfig, online_policy
+from placement import OnlinePolicy, PlacementConfig, SchedulingSettings, online_policy
 from service.cycle import Cycle
 from service.estimator import EstimatorHolder
 from service.settings import Settings
-from service.store import Store
+from service.store import Planner, Store
 
 
 @dataclass
@@ -33,6 +33,21 @@ class Metrics:
         self.gpus = Gauge("gpuplace_gpus", "GPUs of the cluster by state", ["state"], registry=r)
         self.running = Gauge("gpuplace_running_jobs", "jobs holding an allocation", registry=r)
         self.generation = Gauge("gpuplace_state_generation", "state generation", registry=r)
+        self.pending = Gauge("gpuplace_pending_jobs", "jobs waiting, by queue", ["queue"], registry=r)
+
+
+class Preemptions(Collector):
+    """Jobs this process's scheduling passes preempted, by queue and reason, read at scrape time."""
+
+    def __init__(self, cycle: Cycle) -> None:
+        self.cycle = cycle
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily("gpuplace_preemptions", "jobs preempted by scheduling passes",
+                                     labels=["queue", "reason"])
+        for (queue, reason), count in sorted(self.cycle.preemptions.items()):
+            family.add_metric([queue, reason], count)
+        yield family
 
 
 class PredictionCache(Collector):
@@ -61,14 +76,20 @@ class Runtime:
     _policies: dict[str, OnlinePolicy] = field(default_factory=dict)
     cycle: Cycle = field(init=False)
     """Places, releases and completions, decided and group-committed (``service.cycle``)."""
+    planner: Planner = field(init=False)
+    """The scheduling passes' decider: the queues' jobs placed with the service's policy."""
     keys: tuple[bytes, ...] = field(init=False)
     """The accepted API keys (none: no auth)."""
 
     def __post_init__(self) -> None:
+        _, policy = self.policy(None)
+        self.planner = Planner(policy, SchedulingSettings(
+            preemption=self.settings.preemption, prescheduling_horizon_s=self.settings.prescheduling_horizon_s))
         self.cycle = Cycle(self.store, on_loop=None if self.settings.writer == "auto" else
-                           self.settings.writer == "loop")
+                           self.settings.writer == "loop", decide=self.planner)
         self.keys = tuple(key.encode() for key in self.settings.accepted_keys())
         self.metrics.registry.register(PredictionCache(self.estimator))
+        self.metrics.registry.register(Preemptions(self.cycle))
 
     def policy(self, name: str | None) -> tuple[str, OnlinePolicy]:
         """The online policy ``name`` (default the service's); ``KeyError`` naming the known ones."""

@@ -31,6 +31,10 @@ class Settings(BaseSettings):
     writer: Literal["auto", "loop", "thread"] = Field(
         "auto", description="where placements and releases are group-committed: on the event loop or in a "
                             "writer thread; auto: on the loop for SQLite, in a thread for a database server")
+    preemption: bool = Field(True, description="let the scheduler preempt opportunistic, lower-priority and "
+                                               "borrowing jobs for a job within its queue's guarantee")
+    prescheduling_horizon_s: float = Field(0.0, ge=0.0, le=30 * 86_400, description=(
+        "reserve the place of a running job estimated to end within this many seconds for a waiting job; 0 = off"))
     api_keys: str = Field("", description="comma-separated API keys for mutating endpoints; empty = no auth")
     protect_reads: bool = Field(False, description="require an API key for read endpoints too")
     max_body_bytes: int = Field(1_000_000, ge=1024)

@@ -1,6 +1,8 @@
 """The gpuplace REST service: ``create_app`` wires the state database, the estimator and the routes.
 
-Routes: ``/v1/predict``, ``/v1/place``, ``/v1/jobs/...`` (``service.http.jobs``); ``/v1/cluster``,
+Routes: ``/v1/predict``, ``/v1/place``, ``/v1/jobs/...`` (``service.http.jobs``); the queue,
+``POST``/``GET /v1/jobs``, ``DELETE /v1/jobs/{id}``, its events and ``/v1/queues``
+(``service.http.queue``); ``/v1/cluster``,
 ``/v1/models``, ``/healthz``, ``/readyz``, ``/metrics`` (here). Bad input is a 422 naming the field;
 a request body above ``max_body_bytes`` a 413; domain conflicts a 409; never a 500 for bad input.
 """
@@ -27,6 +29,8 @@ from service.codec import cluster_from_json
 from service.estimator import EstimatorHolder, Registry, settle_heap
 from service.http import errors
 from service.http.jobs import router as jobs_router
+from service.http.queue import routes as queue_routes
+from service.http.queue import wake_from_thread
 from service.http.responses import (
     ClusterLoadedOut,
     ClusterOut,
@@ -109,7 +113,7 @@ def create_app(settings: Settings | None = None, rt: Runtime | None = None) -> F
     # every request searches through
     app = FastAPI(title="gpuplace", version=API_VERSION, lifespan=lifespan, telemetry=telemetry,
                   description="Resource estimates and placement of deep-learning jobs on a GPU cluster.",
-                  routes=[*jobs_router.routes, *k8s_router.routes, *_router.routes])
+                  routes=[*jobs_router.routes, *queue_routes, *k8s_router.routes, *_router.routes])
     app.add_middleware(LimitsAndMetrics, max_body=settings.max_body_bytes)
     errors.install(app)
     return app
@@ -223,6 +227,9 @@ def metrics(rt: RuntimeDep) -> Response:
     m.generation.set(snapshot.generation)
     m.model.clear()
     m.model.labels(rt.estimator.version).set(1)
+    m.pending.clear()
+    for queue, count in rt.store.pending_by_queue().items():
+        m.pending.labels(queue).set(count)
     return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
 
 
@@ -263,6 +270,7 @@ def put_cluster(body: ClusterIn, rt: WriteRuntime) -> ClusterLoadedOut:
         raise HTTPException(422, str(exc)) from exc
     match rt.store.write([Replace(cluster, force=body.force)]).results[0]:
         case Replaced(evicted=evicted, generation=generation):
+            wake_from_thread(rt)  # pending jobs may fit the new cluster
             return ClusterLoadedOut(name=cluster.name, machines=len(cluster), gpus=cluster.total_gpus,
                                     evicted=list(evicted), generation=generation)
         case Refused(detail=detail):

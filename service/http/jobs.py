@@ -174,10 +174,13 @@ async def get_job(job_id: JobId, rt: ReadRuntime) -> JobOut:
     row = await run_in_threadpool(rt.store.job, job_id)
     if row is None:
         raise HTTPException(404, f"no job {job_id!r}")
-    return JobOut(job_id=row.job_id, state=row.state, policy=row.policy, demand=row.demand,
-                  allocation=AllocationOut.model_validate(row.allocation), details=row.details,
-                  placed_generation=row.placed_generation, placed_at=row.placed_at, ended_at=row.ended_at,
-                  completion=None if row.completion is None else CompletionOut.model_validate(row.completion))
+    return JobOut.model_validate({
+        "job_id": row.job_id, "state": row.state, "policy": row.policy, "demand": row.demand,
+        "allocation": None if row.allocation is None else AllocationOut.model_validate(row.allocation),
+        "details": row.details, "placed_generation": row.placed_generation, "placed_at": row.placed_at,
+        "ended_at": row.ended_at,
+        "completion": None if row.completion is None else CompletionOut.model_validate(row.completion),
+        "queue": row.queue, "priority": row.priority, "mode": row.mode, "submitted_at": row.submitted_at})
 
 
 @router.post("/jobs/{job_id}/release", responses=linked("get_job", "complete_job", job_id=JOB_ID))

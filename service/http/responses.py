@@ -14,7 +14,7 @@ from pydantic.json_schema import SkipJsonSchema
 from models.estimate import JobEstimate, Quantiles, TaskEstimate
 from placement import Verdict
 
-JobState = Literal["running", "released", "completed", "evicted"]
+JobState = Literal["pending", "running", "released", "completed", "evicted", "cancelled"]
 
 
 def _left_out(value: object) -> bool:
@@ -153,13 +153,72 @@ class JobOut(_Answer):
     state: JobState
     policy: str
     demand: dict[str, JsonValue] = Field(description="the job as placed: its tasks and expected duration")
-    allocation: AllocationOut
+    allocation: AllocationOut | None = Field(description="null while it holds nothing (pending)")
     details: dict[str, JsonValue] = Field(description="what it was placed with: the estimate and the task "
                                                       "records the estimator saw, the batch or node")
     placed_generation: int
     placed_at: float
     ended_at: float | None
     completion: CompletionOut | None
+    queue: str | None = Field(None, description="the queue it was submitted to; null if placed directly")
+    priority: int | None = None
+    mode: Literal["guaranteed", "opportunistic"] | None = None
+    submitted_at: float | None = Field(None, description="when it was submitted (Unix time, s)")
+
+
+class SubmittedOut(_Answer):
+    """A job stored in its queue: pending, or running if the scheduling pass of its own cycle started it."""
+
+    job_id: str
+    state: Literal["pending", "running"]
+    queue: str
+    priority: int
+    mode: Literal["guaranteed", "opportunistic"]
+    allocation: AllocationOut | None = Field(description="where it runs, if it started")
+    estimate: EstimateOut
+
+
+class JobSummaryOut(_Answer):
+    job_id: str
+    state: JobState
+    queue: str | None
+    priority: int | None
+    mode: Literal["guaranteed", "opportunistic"] | None
+    submitted_at: float | None
+    placed_at: float | None = Field(description="when it last started (null while pending)")
+    ended_at: float | None
+
+
+class JobsOut(_Answer):
+    """A page of jobs, by id; ``next``: the ``after`` of the next page (null on the last)."""
+
+    jobs: list[JobSummaryOut]
+    next: str | None
+
+
+class CancelledOut(_Answer):
+    job_id: str
+    state: Literal["cancelled"]
+
+
+class QueueOut(_Answer):
+    name: str
+    order: str
+    cohort: str | None
+    quota: dict[str, float] = Field(description="guaranteed amount per resource (gpus, gpus:<TYPE>, cpu_cores, "
+                                                "mem_gib)")
+    borrowing_limit: dict[str, float]
+    usage: dict[str, float] = Field(description="what its guaranteed running jobs use, per resource")
+    pending: int = Field(description="jobs waiting in it")
+
+
+class QueuesOut(_Answer):
+    """Each queue's quota, usage and pending jobs, and the configuration as stored."""
+
+    configured: bool = Field(description="false: no configuration set; the one queue 'default' is used")
+    queues: list[QueueOut]
+    config: dict[str, JsonValue] = Field(description="the configuration in the shape PUT /v1/queues takes")
+    other_pending: dict[str, int] = Field(description="pending jobs of queues the configuration does not have")
 
 
 class ReleasedOut(_Answer):

@@ -237,3 +237,78 @@ class BatchIn(BaseModel):
         if total > MAX_INSTANCES_PER_BATCH:
             raise ValueError(f"jobs: {total:,} instances in all; a batch has at most {MAX_INSTANCES_PER_BATCH:,}")
         return self
+
+
+class SubmitIn(JobIn):
+    """A job for the queue: the body of ``/v1/place`` (without ``dry_run`` and ``policy``: the scheduler
+    places every job with the service's policy), plus where it waits and how it runs."""
+
+    queue: Name = Field("default", description="the queue it waits in (PUT /v1/queues); 'default' until "
+                                               "queues are configured")
+    priority: int = Field(0, ge=-1_000_000, le=1_000_000, strict=True,
+                          description="higher goes first within its queue and may preempt lower")
+    mode: Literal["guaranteed", "opportunistic"] = Field(
+        "guaranteed", description="guaranteed: within its queue's quota; opportunistic: on idle GPUs outside "
+                                  "any quota, preempted first")
+
+
+def _quota_amount(description: str) -> Any:
+    return Field(None, ge=0.0, le=1e9, allow_inf_nan=False, strict=True, description=description)
+
+
+class AmountsIn(BaseModel):
+    """Amounts of the resources a quota counts; a resource not named is not limited."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpus: float | None = _quota_amount("GPUs of any type (a share counts as its fraction)")
+    gpus_by_type: dict[GpuType, Annotated[float, Field(ge=0.0, le=1e9, allow_inf_nan=False, strict=True)]] | None = \
+        Field(None, max_length=64, description="GPUs of each type")
+    cpu_cores: float | None = _quota_amount("CPU cores")
+    mem_gib: float | None = _quota_amount("host memory, GiB")
+
+
+class CohortIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Name
+    parent: Name | None = None
+
+
+class QueueIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Name
+    cohort: Name | None = Field(None, description="borrows idle guarantee from the queues of its cohort's tree")
+    order: Name = Field("fifo", description="fifo, sjf (estimated duration) or priority")
+    quota: AmountsIn = Field(description="guaranteed amounts")
+    borrowing_limit: AmountsIn | None = Field(None, description="how much beyond its guarantee it may borrow "
+                                                                "(needs a cohort)")
+
+
+class QueuesIn(BaseModel):
+    """The queue configuration, the shape of a queues YAML file (docs/scheduling.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cohorts: list[CohortIn] = Field(default_factory=list, max_length=1000)
+    queues: list[QueueIn] = Field(min_length=1, max_length=1000)
+
+
+class JobsQuery(BaseModel):
+    """The parameters of ``GET /v1/jobs``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: Literal["pending", "running", "ended", "cancelled"] | None = None
+    queue: Name | None = None
+    after: JobId | None = Field(None, description="the last job id of the previous page")
+    limit: int = Field(100, ge=1, le=1000)
+
+
+class EventsQuery(BaseModel):
+    """The parameters of ``GET /v1/jobs/{job_id}/events``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    follow: bool = Field(False, description="keep the stream open until the job ends (at most 300 s)")

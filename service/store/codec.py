@@ -10,17 +10,20 @@ from pydantic_core import to_json
 
 from placement import Allocation, Cluster, Decision, Job
 from service.codec import Json, allocation_from_json, allocation_to_json, job_from_json, job_to_json
-from service.store.schema import RUNNING
+from service.store.schema import PENDING, RUNNING
 
 __all__ = [
+    "EventRow",
     "JobRow",
     "Json",
     "allocation_of",
     "completion_row",
     "dumps",
     "end_row",
+    "event_row",
     "job_of",
     "job_row",
+    "pending_row",
     "placed_row",
 ]
 
@@ -39,6 +42,25 @@ class JobRow:
     placed_at: float
     ended_at: float | None
     completion: Json | None
+    queue: str | None = None
+    priority: int | None = None
+    mode: str | None = None
+    submitted_at: float | None = None
+
+
+@dataclass(frozen=True)
+class EventRow:
+    """One state change of a submitted job: ``state`` it came to at ``generation``, and why."""
+
+    id: int
+    job_id: str
+    generation: int
+    state: str
+    reason: str
+    at: float
+
+
+_NOT_QUEUED = {"queue": None, "priority": None, "mode": None, "submitted_at": None, "p50_s": None, "p90_s": None}
 
 
 def dumps(value: Json) -> str:
@@ -55,7 +77,21 @@ def placed_row(cluster: Cluster, decision: Decision, job: Job, details: Json | N
     return {"job_id": job.job_id, "state": RUNNING, "demand": dumps(job_to_json(job)),
             "allocation": dumps(allocation_to_json(cluster, decision.allocation)), "policy": decision.policy,
             "details": dumps(details or {}), "placed_generation": generation, "placed_at": now, "ended_at": None,
-            "ended_generation": None}
+            "ended_generation": None, **_NOT_QUEUED}
+
+
+def pending_row(job: Job, queue: str, mode: str, p50_s: float, p90_s: float, details: Json | None,
+                generation: int, now: float) -> dict[str, Any]:
+    """The ``jobs`` row of a job submitted to ``queue`` at ``generation``: pending, holding nothing
+    (allocation JSON ``null``); ``placed_*`` say when it was stored until it is placed."""
+    return {"job_id": job.job_id, "state": PENDING, "demand": dumps(job_to_json(job)), "allocation": "null",
+            "policy": "", "details": dumps(details or {}), "placed_generation": generation, "placed_at": now,
+            "ended_at": None, "ended_generation": None, "queue": queue, "priority": job.priority, "mode": mode,
+            "submitted_at": now, "p50_s": None if p50_s != p50_s else p50_s, "p90_s": None if p90_s != p90_s else p90_s}
+
+
+def event_row(job_id: str, generation: int, state: str, reason: str, now: float) -> dict[str, Any]:
+    return {"job_id": job_id, "generation": generation, "state": state, "reason": reason, "at": now}
 
 
 def end_row(job_id: str, state: str, generation: int, now: float) -> dict[str, Any]:
@@ -73,7 +109,8 @@ def job_row(r: Any) -> JobRow:
     completion = None if r.completed_at is None else {
         "duration_s": float(r.duration_s), "usage": json.loads(r.usage), "completed_at": float(r.completed_at)}
     return JobRow(r.job_id, r.state, json.loads(r.demand), json.loads(r.allocation), r.policy, json.loads(r.details),
-                  int(r.placed_generation), float(r.placed_at), r.ended_at, completion)
+                  int(r.placed_generation), float(r.placed_at), r.ended_at, completion, r.queue, r.priority, r.mode,
+                  r.submitted_at)
 
 
 def job_of(demand: str) -> Job:

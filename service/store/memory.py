@@ -3,6 +3,7 @@ results, the same job rows as :class:`~service.store.store.SqlStore`, behind a l
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Sequence
@@ -11,9 +12,10 @@ from typing import Any, overload
 
 from placement import Cluster, ClusterSnapshot
 from service.store.changes import Changes, RunningRow
-from service.store.codec import JobRow, job_row
-from service.store.ops import Moved, Op, Place, Written
-from service.store.schema import RUNNING
+from service.store.codec import EventRow, JobRow, Json, job_row
+from service.store.ops import Cancel, Moved, Op, Place, Submit, Written
+from service.store.queued import QueueState
+from service.store.schema import PENDING, RUNNING
 
 
 class MemoryStore:
@@ -27,6 +29,9 @@ class MemoryStore:
         self._completions: dict[str, dict[str, Any]] = {}
         self.spec: str | None = None
         """The cluster spec last loaded through a write, as stored (JSON)."""
+        self._queues: str | None = None
+        self._events: list[EventRow] = []
+        self._pending = 0
         self._lock = threading.RLock()
 
     def snapshot(self) -> ClusterSnapshot:
@@ -51,6 +56,39 @@ class MemoryStore:
             done = sorted(self._completions.values(), key=lambda c: float(c["completed_at"]))
             return [self._row(self._jobs[c["job_id"]]) for c in done]
 
+    def queued(self) -> tuple[ClusterSnapshot, QueueState]:
+        with self._lock:
+            return self._state, self._queue_state()
+
+    def _queue_state(self) -> QueueState:
+        rows = [(r["job_id"], r["state"], r["demand"], r["queue"], r["priority"], r["mode"], r["submitted_at"],
+                 r["placed_at"], r["p50_s"], r["p90_s"]) for r in self._jobs.values()
+                if r["state"] == PENDING or (r["state"] == RUNNING and r["queue"] is not None)]
+        return QueueState.of(rows, self._queues)
+
+    def queue_spec(self) -> Json | None:
+        with self._lock:
+            return None if self._queues is None else dict(json.loads(self._queues))
+
+    def list_jobs(self, states: Sequence[str], queue: str | None, after: str | None, limit: int) -> list[JobRow]:
+        with self._lock:
+            rows = sorted((r for r in self._jobs.values() if (not states or r["state"] in states)
+                           and (queue is None or r["queue"] == queue) and (after is None or r["job_id"] > after)),
+                          key=lambda r: str(r["job_id"]))
+            return [self._row(r) for r in rows[:limit]]
+
+    def pending_by_queue(self) -> dict[str, int]:
+        with self._lock:
+            counts: dict[str, int] = {}
+            for r in self._jobs.values():
+                if r["state"] == PENDING:
+                    counts[r["queue"]] = counts.get(r["queue"], 0) + 1
+            return counts
+
+    def events(self, job_id: str, after: int = 0) -> list[EventRow]:
+        with self._lock:
+            return [e for e in self._events if e.job_id == job_id and e.id > after]
+
     def close(self) -> None:
         pass
 
@@ -66,12 +104,14 @@ class MemoryStore:
             base = self._state
             if decided_on is not None and base.generation != decided_on:
                 return Moved(base)
-            wanted = {op.job.job_id for op in ops if isinstance(op, Place)}
+            wanted = {op.job.job_id for op in ops if isinstance(op, Place | Submit)}
+            pending = {op.job_id for op in ops if isinstance(op, Cancel) and op.job_id in self._jobs
+                       and self._jobs[op.job_id]["state"] == PENDING}
             changes = Changes(base, wanted & self._jobs.keys(), decided_on is not None, self._running, time.time(),
-                              comes_to)
+                              comes_to, pending, self._queue_state)
             results = [changes.apply(op) for op in ops]
             self._store(changes)
-            return Written(results, self._state)
+            return Written(results, self._state, self._pending)
 
     def _running(self) -> list[RunningRow]:
         return [(j, r["demand"], r["allocation"], r["placed_generation"]) for j, r in self._jobs.items()
@@ -81,15 +121,41 @@ class MemoryStore:
         rows = changes.rows
         for row in rows.inserts:
             self._jobs[row["job_id"]] = dict(row)
+        for start in rows.starts:
+            row = self._jobs[start["starting"]]
+            assert row["state"] == PENDING, f"state store out of step: {start['starting']} is not pending"
+            row.update(state=RUNNING, allocation=start["placed_at_allocation"], policy=start["placed_by"],
+                       placed_generation=start["placed"], placed_at=start["now"], mode=start["as_mode"])
+        for requeue in rows.requeues:
+            row = self._jobs[requeue["requeuing"]]
+            assert row["state"] == RUNNING, f"state store out of step: {requeue['requeuing']} is not running"
+            row.update(state=PENDING, allocation="null", ended_generation=requeue["ended"])
+        for cancel in rows.cancels:
+            row = self._jobs[cancel["cancelling"]]
+            assert row["state"] == PENDING, f"state store out of step: {cancel['cancelling']} is not pending"
+            row.update(state="cancelled", ended_at=cancel["now"], ended_generation=cancel["ended"])
+        for upgrade in rows.upgrades:
+            self._jobs[upgrade["upgrading"]].update(mode=upgrade["as_mode"])
+        for event in rows.events:
+            self._event(event)
         for end in rows.ends:
             row = self._jobs[end["ending"]]
             assert row["state"] == RUNNING, f"state store out of step: {end['ending']} is not running"
+            if row["queue"] is not None:
+                self._event({"job_id": end["ending"], "generation": end["ended"], "state": end["new_state"],
+                             "reason": "ended", "at": end["now"]})
             row.update(state=end["new_state"], ended_at=end["now"], ended_generation=end["ended"])
+        if rows.queues is not None:
+            self._queues = rows.queues
+        self._pending += rows.pending_delta
         for completion in rows.completions:
             self._completions[completion["job_id"]] = dict(completion)
         if rows.spec is not None:
             self.spec = rows.spec
         self._state = changes.after()
+
+    def _event(self, event: dict[str, Any]) -> None:
+        self._events.append(EventRow(len(self._events) + 1, **event))
 
     def _row(self, row: dict[str, Any]) -> JobRow:
         completion = self._completions.get(row["job_id"], {})

@@ -1,21 +1,26 @@
 """What a write is made of and what it comes to, and the store every part of the service writes through.
 
 A write is a list of ops, applied in order in one transaction: :class:`Place` a job, :class:`End` a
-running job, :class:`Replace` the cluster spec. Each op comes to a typed result: :class:`Placed`,
-:class:`Refused` (with its :class:`Reason`), :class:`Ended` or :class:`Replaced`. A bug (a policy
-that raises, details that cannot be stored) is an exception, raised, never a result.
+running job, :class:`Replace` the cluster spec, :class:`Submit` a job to a queue, :class:`Cancel` a
+pending job, :class:`SetQueues` (the queue configuration), :class:`Schedule` (a scheduling pass: its
+plan's preemptions and starts). Each op comes to a typed result: :class:`Placed`, :class:`Refused`
+(with its :class:`Reason`), :class:`Ended`, :class:`Replaced`, :class:`Submitted`, :class:`Cancelled`,
+:class:`QueuesSet` or :class:`Scheduled`. A bug (a policy that raises, details that cannot be stored)
+is an exception, raised, never a result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, overload
 
-from placement import Cluster, ClusterSnapshot, Decision, Job, OnlinePolicy
-from service.store.codec import JobRow, Json
-from service.store.schema import COMPLETED, RELEASED
+from placement import Cluster, ClusterSnapshot, Decision, Job, JobMode, OnlinePolicy, Plan
+from service.store.codec import EventRow, JobRow, Json
+from service.store.queued import QueueState
+from service.store.schema import COMPLETED, PENDING, RELEASED
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,49 @@ class Replace:
     force: bool = False
 
 
-Op = Place | End | Replace
+@dataclass(frozen=True)
+class Submit:
+    """Queue ``job`` (its ``priority`` the job's) in ``queue``: stored as pending, with ``details``, until a
+    scheduling pass starts it. ``p50_s``/``p90_s``: its estimated duration (NaN where unknown)."""
+
+    job: Job
+    queue: str
+    mode: JobMode = JobMode.GUARANTEED
+    p50_s: float = math.nan
+    p90_s: float = math.nan
+    details: Json | None = None
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Take a pending job out of its queue for good."""
+
+    job_id: str
+
+
+@dataclass(frozen=True)
+class SetQueues:
+    """Store the queue configuration ``spec`` (checked against the cluster by its sender)."""
+
+    spec: Json
+
+
+Decide = Callable[[ClusterSnapshot, QueueState], Plan]
+"""A scheduling pass's decider: the plan for the state and the queues as committed."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A scheduling pass: ``plan``, decided ahead on ``plan.generation``, or, if the state has moved or no
+    plan is given, what ``decide`` makes of the state as committed. Written alone: its preemptions send
+    jobs back to pending, its starts place pending jobs, its upgrades count opportunistic jobs as
+    guaranteed."""
+
+    decide: Decide
+    plan: Plan | None = None
+
+
+Op = Place | End | Replace | Submit | Cancel | SetQueues | Schedule
 
 
 class Reason(StrEnum):
@@ -73,6 +120,8 @@ class Reason(StrEnum):
     """Nothing to end: the job is not running (never placed, or ended already)."""
     WOULD_ORPHAN = "would-orphan"
     """Running jobs would not fit the new cluster spec."""
+    NOT_PENDING = "not-pending"
+    """Nothing to cancel: the job is not pending (never submitted, started, or ended)."""
 
 
 @dataclass(frozen=True)
@@ -107,15 +156,43 @@ class Replaced:
     generation: int
 
 
-Result = Placed | Refused | Ended | Replaced
+@dataclass(frozen=True)
+class Submitted:
+    """The job is stored: ``pending``, or ``running`` when the scheduling pass of its cycle started it."""
+
+    job_id: str
+    state: str = PENDING
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    job_id: str
+
+
+@dataclass(frozen=True)
+class QueuesSet:
+    generation: int
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """The plan written: the jobs it started and those it sent back to pending."""
+
+    plan: Plan
+    started: tuple[str, ...]
+    preempted: tuple[str, ...]
+
+
+Result = Placed | Refused | Ended | Replaced | Submitted | Cancelled | QueuesSet | Scheduled
 
 
 @dataclass(frozen=True)
 class Written:
-    """The write committed: a result per op, and the state it left."""
+    """The write committed: a result per op, the state it left, and how many jobs are pending."""
 
     results: list[Result]
     snapshot: ClusterSnapshot
+    pending: int = 0
 
 
 @dataclass(frozen=True)
@@ -164,6 +241,25 @@ class Store(Protocol):
 
     def completions(self) -> list[JobRow]:
         """Every completed job with its observed duration and usage, oldest completion first."""
+        ...
+
+    def queued(self) -> tuple[ClusterSnapshot, QueueState]:
+        """The state as committed and the queues' jobs and configuration, for a scheduling pass to decide
+        on (read one after the other: a plan is written only if the generation has not moved since)."""
+        ...
+
+    def queue_spec(self) -> Json | None:
+        """The queue configuration as stored; ``None`` until one is set."""
+        ...
+
+    def list_jobs(self, states: Sequence[str], queue: str | None, after: str | None, limit: int) -> list[JobRow]:
+        """Jobs in one of ``states`` (every state if empty), of ``queue`` if given, by id after ``after``."""
+        ...
+
+    def pending_by_queue(self) -> dict[str, int]: ...
+
+    def events(self, job_id: str, after: int = 0) -> list[EventRow]:
+        """The job's state changes with an id above ``after``, oldest first."""
         ...
 
     def close(self) -> None: ...

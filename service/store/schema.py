@@ -1,11 +1,14 @@
 """The state database's tables, and bringing a database up to them.
 
-Tables: ``cluster_state`` (one row: the state generation, moved by every change, and the generation
-the cluster spec was loaded at), ``cluster_spec`` (one row: the cluster spec, written only when a spec
-is loaded), ``jobs`` (every job placed: its demand, its allocation, its state ``running`` /
-``released`` / ``completed`` / ``evicted``, the estimate it was placed with, the generations it was
-placed and ended at) and ``completions`` (observed duration and usage of completed jobs, kept for
-retraining).
+Tables: ``cluster_state`` (one row: the state generation, moved by every change, the generation the
+cluster spec was loaded at, and how many jobs are pending), ``cluster_spec`` (one row: the cluster
+spec, written only when a spec is loaded), ``queue_spec`` (at most one row: the queue configuration,
+as ``placement.queues_to_dict`` writes it), ``jobs`` (every job placed or submitted: its demand, its
+allocation (JSON ``null`` while it holds none), its state ``pending`` / ``running`` / ``released`` /
+``completed`` / ``evicted`` / ``cancelled``, the estimate it was placed with, the generations it was
+last placed and ended at; a submitted job also its queue, priority, mode, submit time and duration
+estimate), ``job_events`` (every state change of a submitted job, in order, with why) and
+``completions`` (observed duration and usage of completed jobs, kept for retraining).
 
 The schema is migrated by Alembic (``migrations/``, run by :func:`migrate` when a store opens). A
 database made before the migrations were kept in Alembic has no ``alembic_version`` table: it is taken
@@ -32,6 +35,8 @@ cluster_state = sa.Table(
     sa.Column("generation", sa.BigInteger, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
     sa.Column("cluster_generation", sa.BigInteger, nullable=False, server_default=sa.text("0")),
+    # read with the generation in every write: a release looks for a scheduling pass only if jobs wait
+    sa.Column("pending", sa.BigInteger, nullable=False, server_default=sa.text("0")),
 )
 # The spec has a row of its own: to change one column SQLite rebuilds the whole record, and a large
 # cluster's spec is hundreds of kB, so every move of the generation would rewrite it; and a commit that
@@ -54,6 +59,27 @@ jobs = sa.Table(
     sa.Column("placed_at", sa.Float, nullable=False),
     sa.Column("ended_at", sa.Float),
     sa.Column("ended_generation", sa.BigInteger, index=True),
+    sa.Column("queue", sa.String(128)),
+    sa.Column("priority", sa.Integer),
+    sa.Column("mode", sa.String(16)),
+    sa.Column("submitted_at", sa.Float),
+    sa.Column("p50_s", sa.Float),
+    sa.Column("p90_s", sa.Float),
+)
+queue_spec = sa.Table(
+    "queue_spec", metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("spec", sa.Text, nullable=False),
+    sa.Column("loaded_at", sa.Float, nullable=False),
+)
+job_events = sa.Table(
+    "job_events", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.String(128), nullable=False, index=True),
+    sa.Column("generation", sa.BigInteger, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
 )
 completions = sa.Table(
     "completions", metadata,
@@ -63,6 +89,8 @@ completions = sa.Table(
     sa.Column("completed_at", sa.Float, nullable=False),
 )
 RUNNING, RELEASED, COMPLETED, EVICTED = "running", "released", "completed", "evicted"
+PENDING, CANCELLED = "pending", "cancelled"
+ENDED = (RELEASED, COMPLETED, EVICTED)
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 FIRST_REVISION = "0001"

@@ -35,19 +35,34 @@ from placement import Cluster, ClusterSnapshot, apply, at_generation, load_clust
 from service.codec import cluster_from_json, cluster_to_json
 from service.settings import Settings
 from service.store.changes import Changes, RunningRow
-from service.store.codec import JobRow, allocation_of, job_row
-from service.store.ops import Moved, Op, Place, Written
-from service.store.schema import RUNNING, cluster_spec, cluster_state, completions, jobs, migrate
+from service.store.codec import EventRow, JobRow, Json, allocation_of, job_row
+from service.store.ops import Cancel, Moved, Op, Place, Schedule, Submit, Written
+from service.store.queued import QueueState
+from service.store.schema import (
+    PENDING,
+    RUNNING,
+    cluster_spec,
+    cluster_state,
+    completions,
+    job_events,
+    jobs,
+    migrate,
+    queue_spec,
+)
 from service.store.sqlite import WalCheckpoints, WritersQueue, sqlite_engine, sqlite_file
 
-_GENERATIONS = sa.select(cluster_state.c.generation, cluster_state.c.cluster_generation).where(
-    cluster_state.c.id == 1)
+_GENERATIONS = sa.select(cluster_state.c.generation, cluster_state.c.cluster_generation,
+                         cluster_state.c.pending).where(cluster_state.c.id == 1)
+_QUEUED = sa.select(jobs.c.job_id, jobs.c.state, jobs.c.demand, jobs.c.queue, jobs.c.priority, jobs.c.mode,
+                    jobs.c.submitted_at, jobs.c.placed_at, jobs.c.p50_s, jobs.c.p90_s).where(sa.or_(
+                        jobs.c.state == PENDING, sa.and_(jobs.c.state == RUNNING, jobs.c.queue.is_not(None))))
+_EVENT_COLUMNS = ("job_id", "generation", "state", "reason", "at")
 _WITH_COMPLETION = sa.select(jobs, completions.c.duration_s, completions.c.usage, completions.c.completed_at) \
     .outerjoin(completions, completions.c.job_id == jobs.c.job_id)
-_STATEMENTS = {
+_STATEMENTS: dict[str, Any] = {
     "generations": _GENERATIONS,
     "generations_locked": _GENERATIONS.with_for_update(),
-    "changed": sa.select(jobs.c.job_id, jobs.c.state, jobs.c.allocation).where(sa.or_(
+    "changed": sa.select(jobs.c.job_id, jobs.c.state, jobs.c.allocation, jobs.c.placed_generation).where(sa.or_(
         jobs.c.placed_generation > sa.bindparam("since"), jobs.c.ended_generation > sa.bindparam("since"))),
     "spec": sa.select(cluster_spec.c.cluster).where(cluster_spec.c.id == 1),
     "running": sa.select(jobs.c.job_id, jobs.c.allocation).where(jobs.c.state == RUNNING)
@@ -58,8 +73,28 @@ _STATEMENTS = {
     "end": jobs.update().where(jobs.c.job_id == sa.bindparam("ending"), jobs.c.state == RUNNING)
     .values(state=sa.bindparam("new_state"), ended_at=sa.bindparam("now"), ended_generation=sa.bindparam("ended")),
     "complete": completions.insert(),
+    # a submitted job's end is one of its events; a job placed directly has none
+    "end_event": job_events.insert().from_select(list(_EVENT_COLUMNS), sa.select(
+        jobs.c.job_id, sa.cast(sa.bindparam("ended"), sa.BigInteger), sa.cast(sa.bindparam("new_state"), sa.String),
+        sa.literal("ended"), sa.cast(sa.bindparam("now"), sa.Float)).where(
+            jobs.c.job_id == sa.bindparam("ending"), jobs.c.queue.is_not(None))),
+    # (bound names differ from the columns they set: SQLAlchemy keeps those for itself)
+    "start": jobs.update().where(jobs.c.job_id == sa.bindparam("starting"), jobs.c.state == PENDING).values(
+        state=RUNNING, allocation=sa.bindparam("placed_at_allocation"), policy=sa.bindparam("placed_by"),
+        placed_generation=sa.bindparam("placed"), placed_at=sa.bindparam("now"), mode=sa.bindparam("as_mode")),
+    "requeue": jobs.update().where(jobs.c.job_id == sa.bindparam("requeuing"), jobs.c.state == RUNNING).values(
+        state=PENDING, allocation="null", ended_generation=sa.bindparam("ended")),
+    "cancel": jobs.update().where(jobs.c.job_id == sa.bindparam("cancelling"), jobs.c.state == PENDING).values(
+        state="cancelled", ended_at=sa.bindparam("now"), ended_generation=sa.bindparam("ended")),
+    "upgrade": jobs.update().where(jobs.c.job_id == sa.bindparam("upgrading"), jobs.c.state == RUNNING).values(
+        mode=sa.bindparam("as_mode")),
+    "event": (job_events.insert(), _EVENT_COLUMNS),
+    "queued": _QUEUED,
+    "queue_spec": sa.select(queue_spec.c.spec).where(queue_spec.c.id == 1),
+    "drop_queue_spec": queue_spec.delete().where(queue_spec.c.id == 1),
+    "set_queue_spec": queue_spec.insert().values(id=1, spec=sa.bindparam("queues"), loaded_at=sa.bindparam("now")),
     "set_generation": cluster_state.update().where(cluster_state.c.id == 1)
-    .values(generation=sa.bindparam("next"), updated_at=sa.bindparam("now")),
+    .values(generation=sa.bindparam("next"), updated_at=sa.bindparam("now"), pending=sa.bindparam("waiting")),
     "set_cluster_generation": cluster_state.update().where(cluster_state.c.id == 1)
     .values(cluster_generation=sa.bindparam("loaded")),
     "set_spec": cluster_spec.update().where(cluster_spec.c.id == 1)
@@ -78,8 +113,9 @@ class DriverSql:
             raise ValueError(f"the state store needs a driver with named parameters, not {dialect.paramstyle!r}")
         self._placeholder = ":{}" if dialect.paramstyle == "named" else "%({})s"
         self.statements: dict[str, Statement] = {}
-        for name, statement in _STATEMENTS.items():
-            done = statement.compile(dialect=dialect)
+        for name, given in _STATEMENTS.items():
+            statement, keys = given if isinstance(given, tuple) else (given, None)
+            done = statement.compile(dialect=dialect, column_keys=list(keys) if keys else None)
             self.statements[name] = str(done), {k: v for k, v in done.params.items() if v is not None}
 
     def run(self, cursor: Any, name: str, params: dict[str, Any] | None = None) -> Any:
@@ -93,10 +129,14 @@ class DriverSql:
         cursor.executemany(text, [{**bound, **row} for row in rows])
         return int(cursor.rowcount)
 
-    def existing(self, cursor: Any, ids: list[str]) -> set[str]:
-        """Which of ``ids`` the jobs table holds."""
+    def existing(self, cursor: Any, ids: list[str], state: str | None = None) -> set[str]:
+        """Which of ``ids`` the jobs table holds (in ``state``, if given)."""
         marks = ", ".join(self._placeholder.format(f"id{k}") for k in range(len(ids)))
-        cursor.execute(f"SELECT job_id FROM jobs WHERE job_id IN ({marks})", {f"id{k}": v for k, v in enumerate(ids)})
+        params = {f"id{k}": v for k, v in enumerate(ids)}
+        where = ""
+        if state is not None:
+            where, params["state"] = f" AND state = {self._placeholder.format('state')}", state
+        cursor.execute(f"SELECT job_id FROM jobs WHERE job_id IN ({marks}){where}", params)
         return {row[0] for row in cursor.fetchall()}
 
 
@@ -135,7 +175,7 @@ class SqlStore:
                 conn.execute(cluster_spec.insert().values(
                     id=1, cluster=json.dumps(cluster_to_json(default_cluster())), loaded_at=now))
         with self._reading() as cursor:
-            generation, _ = self._sql.run(cursor, "generations").fetchone()
+            generation, _, _ = self._sql.run(cursor, "generations").fetchone()
             self._cache = self._load_in(cursor, int(generation))
 
     def close(self) -> None:
@@ -156,9 +196,49 @@ class SqlStore:
     def snapshot(self) -> ClusterSnapshot:
         """The current snapshot (caught up if another process wrote since this one last looked)."""
         with self._lock, self._reading() as cursor:
-            generation, cluster_generation = self._sql.run(cursor, "generations").fetchone()
+            generation, cluster_generation, _ = self._sql.run(cursor, "generations").fetchone()
             self._cache = self._state_at(cursor, int(generation), int(cluster_generation))
             return self._cache
+
+    def queued(self) -> tuple[ClusterSnapshot, QueueState]:
+        """The state as committed, then the queues' jobs and configuration (see ``Store.queued``)."""
+        with self._lock, self._reading() as cursor:
+            generation, cluster_generation, _ = self._sql.run(cursor, "generations").fetchone()
+            self._cache = self._state_at(cursor, int(generation), int(cluster_generation))
+            return self._cache, self._queue_state(cursor)
+
+    def _queue_state(self, cursor: Any) -> QueueState:
+        rows = self._sql.run(cursor, "queued").fetchall()
+        spec = self._sql.run(cursor, "queue_spec").fetchone()
+        return QueueState.of(rows, None if spec is None else spec[0])
+
+    def queue_spec(self) -> Json | None:
+        with self.engine.connect() as conn:
+            spec = conn.execute(sa.select(queue_spec.c.spec).where(queue_spec.c.id == 1)).scalar()
+        return None if spec is None else dict(json.loads(spec))
+
+    def list_jobs(self, states: Sequence[str], queue: str | None, after: str | None, limit: int) -> list[JobRow]:
+        query = _WITH_COMPLETION
+        if states:
+            query = query.where(jobs.c.state.in_(list(states)))
+        if queue is not None:
+            query = query.where(jobs.c.queue == queue)
+        if after is not None:
+            query = query.where(jobs.c.job_id > after)
+        with self.engine.connect() as conn:
+            return [job_row(r) for r in conn.execute(query.order_by(jobs.c.job_id).limit(limit)).all()]
+
+    def pending_by_queue(self) -> dict[str, int]:
+        query = sa.select(jobs.c.queue, sa.func.count()).where(jobs.c.state == PENDING).group_by(jobs.c.queue)
+        with self.engine.connect() as conn:
+            return {str(q): int(n) for q, n in conn.execute(query).all()}
+
+    def events(self, job_id: str, after: int = 0) -> list[EventRow]:
+        query = sa.select(job_events).where(job_events.c.job_id == job_id, job_events.c.id > after) \
+            .order_by(job_events.c.id)
+        with self.engine.connect() as conn:
+            return [EventRow(int(r.id), r.job_id, int(r.generation), r.state, r.reason, float(r.at))
+                    for r in conn.execute(query).all()]
 
     def cached(self) -> ClusterSnapshot:
         """The snapshot this process last saw (no database read)."""
@@ -196,9 +276,11 @@ class SqlStore:
             return held
         if cluster_generation > held.generation or generation < held.generation:
             return self._load_in(cursor, generation)
-        base = held
-        for job_id, state, allocation in self._sql.run(cursor, "changed", {"since": held.generation}).fetchall():
+        base, since = held, held.generation
+        for job_id, state, allocation, placed in self._sql.run(cursor, "changed", {"since": since}).fetchall():
             running = job_id in base.allocations
+            if state == RUNNING and running and placed > since:  # preempted and started again since
+                base, running = release(base, job_id), False
             if state == RUNNING and not running:
                 base = apply(base, allocation_of(base.cluster, job_id, allocation))
             elif state != RUNNING and running:
@@ -225,42 +307,56 @@ class SqlStore:
         """Apply ``ops`` in one transaction (see :meth:`service.store.ops.Store.write`)."""
         with self._lock:
             with self._transaction() as cursor:
-                generation, cluster_generation = self._sql.run(cursor, "generations_locked").fetchone()
+                generation, cluster_generation, pending = self._sql.run(cursor, "generations_locked").fetchone()
                 base = self._state_at(cursor, int(generation), int(cluster_generation))
                 if decided_on is not None and base.generation != decided_on:
                     outcome: Written | Moved = Moved(base)
                 else:
-                    outcome = self._apply(cursor, base, ops, decided_on is not None, comes_to)
+                    outcome = self._apply(cursor, base, ops, decided_on is not None, comes_to, int(pending))
             self._cache = outcome.snapshot  # once committed
         return outcome
 
     def _apply(self, cursor: Any, base: ClusterSnapshot, ops: Sequence[Op], trusted: bool,
-               ahead: ClusterSnapshot | None) -> Written:
+               ahead: ClusterSnapshot | None, pending: int) -> Written:
         sql = self._sql
-        wanted = [op.job.job_id for op in ops if isinstance(op, Place)]
+        wanted = [op.job.job_id for op in ops if isinstance(op, Place | Submit)]
+        cancelling = [op.job_id for op in ops if isinstance(op, Cancel)]
 
         def running() -> list[RunningRow]:
             return [tuple(row) for row in sql.run(cursor, "running_jobs").fetchall()]
 
         changes = Changes(base, sql.existing(cursor, wanted) if wanted else set(), trusted, running, time.time(),
-                          ahead)
+                          ahead, sql.existing(cursor, cancelling, PENDING) if cancelling else set(),
+                          (lambda: self._queue_state(cursor)) if any(isinstance(op, Schedule) for op in ops) else None)
         results = [changes.apply(op) for op in ops]
         rows, after = changes.rows, changes.after()
         if rows.inserts:
             sql.many(cursor, "insert_job", rows.inserts)
+        for name, changed in (("start", rows.starts), ("requeue", rows.requeues), ("cancel", rows.cancels),
+                              ("upgrade", rows.upgrades)):
+            # a row not as the write found it: the state and the jobs table disagree, store nothing
+            if changed and sql.many(cursor, name, changed) != len(changed):
+                raise RuntimeError(f"state store out of step: {len(changed)} job(s) to {name}, fewer found as expected")
+        if rows.events:
+            sql.many(cursor, "event", rows.events)
         if rows.ends:
+            sql.many(cursor, "end_event", rows.ends)
             ended = sql.many(cursor, "end", rows.ends)
             if ended != len(rows.ends):  # the snapshot and the jobs table disagree: store nothing
                 raise RuntimeError(f"state store out of step: {len(rows.ends)} running job(s) to end, "
                                    f"{ended} found running in the database")
+        if rows.queues is not None:
+            sql.run(cursor, "drop_queue_spec")
+            sql.run(cursor, "set_queue_spec", {"queues": rows.queues, "now": rows.now})
         if rows.completions:
             sql.many(cursor, "complete", rows.completions)
         if rows.spec is not None:
             sql.run(cursor, "set_spec", {"spec": rows.spec, "now": rows.now})
             sql.run(cursor, "set_cluster_generation", {"loaded": rows.cluster_generation})
+        pending += rows.pending_delta
         if after.generation != base.generation:
-            sql.run(cursor, "set_generation", {"next": after.generation, "now": rows.now})
-        return Written(results, after)
+            sql.run(cursor, "set_generation", {"next": after.generation, "now": rows.now, "waiting": pending})
+        return Written(results, after, pending)
 
     @contextmanager
     def _transaction(self) -> Iterator[Any]:

@@ -36,7 +36,8 @@ def test_health_ready_and_openapi(server: Server) -> None:
     assert ready["status"] == "degraded" and ready["model_version"] == "heuristic" and ready["auth"] == "on"
     paths = httpx.get(f"{server.url}/openapi.json").json()["paths"]
     for path in ("/v1/predict", "/v1/place", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/release",
-                 "/v1/jobs/{job_id}/complete", "/v1/cluster", "/v1/models", "/v1/models/reload", "/metrics"):
+                 "/v1/jobs/{job_id}/complete", "/v1/cluster", "/v1/models", "/v1/models/reload", "/metrics",
+                 "/v1/jobs", "/v1/jobs/{job_id}/events", "/v1/queues"):
         assert path in paths, path
 
 
@@ -51,9 +52,12 @@ def test_openapi_describes_every_answer(server: Server) -> None:
     described = []
     for path, operations in spec["paths"].items():
         for method, operation in operations.items():
-            content = operation["responses"]["200"]["content"]
+            content = (operation["responses"].get("200") or operation["responses"]["202"])["content"]
             if path == "/metrics":  # Prometheus's text format
                 assert content == {"text/plain": {"schema": {"type": "string"}}}
+                continue
+            if path == "/v1/jobs/{job_id}/events":  # server-sent events
+                assert content == {"text/event-stream": {"schema": {"type": "string"}}}
                 continue
             answer = resolved(content["application/json"]["schema"])
             if answer.get("type") == "array":  # prioritize: a list of host scores

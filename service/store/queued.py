@@ -1,0 +1,119 @@
+"""What a scheduling pass reads from the store (the pending jobs, the running jobs it started, the queue
+configuration) and the decider that turns them into a plan with ``placement.schedule``.
+
+Times are Unix seconds: a job's submit time and start time as stored, and the clock's ``now``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from types import MappingProxyType
+from typing import Any
+
+from placement import (
+    Cluster,
+    ClusterSnapshot,
+    DurationEstimate,
+    Job,
+    JobMode,
+    OnlinePolicy,
+    PendingJob,
+    Plan,
+    QueueConfigError,
+    QueueSet,
+    RunningJob,
+    SchedulingSettings,
+    queues_from_dict,
+    schedule,
+)
+from service.codec import Json, job_from_json
+from service.store.schema import PENDING
+
+log = logging.getLogger(__name__)
+
+QueueRow = tuple[Any, ...]
+"""``job_id, state, demand, queue, priority, mode, submitted_at, placed_at, p50_s, p90_s`` of a pending job
+or of a running job that was submitted to a queue."""
+DEFAULT_QUEUES: Json = {"queues": [{"name": "default", "quota": {}}]}
+"""Until a configuration is set: one queue, ``default``, in first-come order, limited by nothing but the
+cluster."""
+
+
+@lru_cache(maxsize=65_536)
+def _job(demand: str, priority: int) -> Job:
+    """A stored demand as a job (ids are never reused, so a row's demand never changes: each pass of a
+    long queue would otherwise parse every pending job's JSON again)."""
+    return replace(job_from_json(json.loads(demand)), priority=priority)
+
+
+def _estimate(p50_s: float | None, p90_s: float | None) -> DurationEstimate:
+    return DurationEstimate(math.nan if p50_s is None else float(p50_s), math.nan if p90_s is None else float(p90_s))
+
+
+@dataclass(frozen=True)
+class QueueState:
+    pending: tuple[PendingJob, ...] = ()
+    running: tuple[RunningJob, ...] = ()
+    spec: str | None = None
+    """The queue configuration as stored (JSON text); ``None`` until one is set."""
+
+    @staticmethod
+    def of(rows: Iterable[QueueRow], spec: str | None) -> QueueState:
+        pending, running = [], []
+        for job_id, state, demand, queue, priority, mode, submitted_at, placed_at, p50_s, p90_s in rows:
+            job = _job(demand, int(priority or 0))
+            assert job.job_id == job_id, f"job row {job_id!r} holds the demand of {job.job_id!r}"
+            estimate = _estimate(p50_s, p90_s)
+            if state == PENDING:
+                pending.append(PendingJob(job, queue, float(submitted_at), JobMode(mode), estimate))
+            else:
+                running.append(RunningJob(job, queue, float(placed_at), JobMode(mode), estimate))
+        pending.sort(key=lambda j: (j.submit_s, j.job_id))
+        return QueueState(tuple(pending), tuple(running), spec)
+
+    def on(self, snapshot: ClusterSnapshot) -> QueueState:
+        """Only what agrees with ``snapshot``: rows read after it (another process wrote in between) may
+        have jobs started that it does not hold; a plan on such a mix is never written (the generation
+        has moved), but the scheduler must not be asked about it."""
+        held = snapshot.allocations
+        pending = tuple(j for j in self.pending if j.job_id not in held)
+        running = tuple(j for j in self.running if j.job_id in held)
+        if len(pending) == len(self.pending) and len(running) == len(self.running):
+            return self
+        return QueueState(pending, running, self.spec)
+
+
+class Planner:
+    """The service's scheduling decider (a :data:`~service.store.ops.Decide`): ``placement.schedule`` on
+    the state and the stored queues, with ``policy`` placing each job, at ``clock()``."""
+
+    def __init__(self, policy: OnlinePolicy, settings: SchedulingSettings | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.policy, self.settings, self.clock = policy, settings or SchedulingSettings(), clock
+        self._checked: tuple[str | None, Cluster, QueueSet] | None = None
+
+    def queues(self, spec: str | None, cluster: Cluster) -> QueueSet:
+        """The stored configuration checked against ``cluster`` (once per configuration and cluster). One a
+        new cluster spec no longer admits (a GPU type it lacks) has no queues: every job waits, with the
+        reason ``unknown-queue``, until a configuration that fits is set."""
+        checked = self._checked
+        if checked is not None and checked[0] == spec and checked[1] is cluster:
+            return checked[2]
+        try:
+            queues = queues_from_dict(DEFAULT_QUEUES if spec is None else json.loads(spec), cluster, "stored queues")
+        except QueueConfigError as exc:
+            log.warning("the stored queue configuration does not fit the cluster", extra={"error": str(exc)})
+            queues = QueueSet(MappingProxyType({}))
+        self._checked = (spec, cluster, queues)
+        return queues
+
+    def __call__(self, snapshot: ClusterSnapshot, state: QueueState) -> Plan:
+        state = state.on(snapshot)
+        return schedule(snapshot, state.pending, state.running, self.queues(state.spec, snapshot.cluster),
+                        self.clock(), self.policy, self.settings)

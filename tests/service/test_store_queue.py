@@ -1,0 +1,190 @@
+"""The queue in the store and the cycle, on SQLite, on a real PostgreSQL and in memory, with a SYNTHETIC
+3-machine cluster (16 GPUs): submitted jobs wait as rows of their own, a scheduling pass starts what fits
+and is written only on the generation it was decided on, preempted jobs go back to pending with their
+history, and a second process catches up with all of it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from placement.model.demand import Job
+from placement.scheduling.jobs import JobMode
+from service.cycle import Cycle, run_cycle, schedule_pass
+from service.store import (
+    CANCELLED,
+    PENDING,
+    RUNNING,
+    Cancel,
+    Cancelled,
+    End,
+    Moved,
+    Planner,
+    Reason,
+    Refused,
+    Result,
+    Schedule,
+    SetQueues,
+    Store,
+    Submit,
+    Submitted,
+)
+from service.store.memory import MemoryStore
+from tests.service.test_store import CLUSTER, PLACE, job, store_at
+
+PLANNER = Planner(PLACE)
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "memory"])
+def any_store(request: pytest.FixtureRequest) -> Store:
+    if request.param == "memory":
+        return MemoryStore(CLUSTER)
+    url: str = request.getfixturevalue("database_url" if request.param == "sqlite" else "postgres_url")
+    return store_at(url)
+
+
+@pytest.fixture
+def database_url(tmp_path: object) -> str:
+    return f"sqlite:///{tmp_path}/state.db"
+
+
+def submit(store: Store, *jobs: Job, queue: str = "default", mode: JobMode = JobMode.GUARANTEED) -> list[Result]:
+    return run_cycle(store, [Submit(j, queue, mode, 100.0, 200.0) for j in jobs])
+
+
+def states(store: Store, ids: Sequence[str]) -> dict[str, str]:
+    return {i: row.state for i in ids if (row := store.job(i)) is not None}
+
+
+def test_submitted_jobs_wait_and_a_pass_starts_what_fits(any_store: Store) -> None:
+    store = any_store
+    big = [job(f"q{k}", gpu=1.0, instances=8) for k in range(3)]
+    assert all(isinstance(r, Submitted) and r.state == PENDING for r in submit(store, *big))
+    assert states(store, ["q0", "q1", "q2"]) == dict.fromkeys(["q0", "q1", "q2"], PENDING)
+    assert not store.snapshot().allocations  # pending jobs hold nothing
+    started = schedule_pass(store, PLANNER)
+    assert started.started == ("q0", "q1") and not started.preempted  # first come, 16 GPUs
+    assert states(store, ["q0", "q1", "q2"]) == {"q0": RUNNING, "q1": RUNNING, "q2": PENDING}
+    assert set(store.snapshot().allocations) == {"q0", "q1"}
+    assert store.list_jobs([PENDING], "default", None, 10)[0].job_id == "q2"
+    assert store.pending_by_queue() == {"default": 1}
+    assert schedule_pass(store, PLANNER).started == ()  # nothing fits: nothing written
+    run_cycle(store, [End("q0")])
+    assert schedule_pass(store, PLANNER).started == ("q2",)
+    assert [e.state for e in store.events("q2")] == [PENDING, RUNNING]
+    assert [e.state for e in store.events("q0")] == [PENDING, RUNNING, "released"]
+    assert store.pending_by_queue() == {}
+
+
+def test_cancel_takes_only_a_pending_job(any_store: Store) -> None:
+    store = any_store
+    submit(store, job("c1", gpu=1.0, instances=16), job("c2", gpu=1.0))
+    schedule_pass(store, PLANNER)
+    assert states(store, ["c1", "c2"]) == {"c1": RUNNING, "c2": PENDING}
+    assert isinstance(run_cycle(store, [Cancel("c2")])[0], Cancelled)
+    for job_id in ("c2", "c1", "nobody"):
+        refused = run_cycle(store, [Cancel(job_id)])[0]
+        assert isinstance(refused, Refused) and refused.reason is Reason.NOT_PENDING
+    assert states(store, ["c1", "c2"]) == {"c1": RUNNING, "c2": CANCELLED}
+    assert [e.state for e in store.events("c2")] == [PENDING, CANCELLED]
+    resubmitted = submit(store, job("c2"))[0]  # ids are never reused
+    assert isinstance(resubmitted, Refused) and resubmitted.reason is Reason.EXISTS
+    assert store.pending_by_queue() == {}
+
+
+def test_a_plan_decided_before_another_write_is_not_written(any_store: Store) -> None:
+    store = any_store
+    submit(store, job("p1", gpu=1.0, instances=16), job("p2", gpu=1.0, instances=16))
+    snapshot, queued = store.queued()
+    plan = PLANNER(snapshot, queued)
+    assert [s.job_id for s in plan.starts] == ["p1"]
+    run_cycle(store, [Cancel("p1")])  # the state moves under the plan
+    assert isinstance(store.write([Schedule(PLANNER, plan)], plan.generation), Moved)
+    assert states(store, ["p1", "p2"]) == {"p1": CANCELLED, "p2": PENDING}
+    assert schedule_pass(store, PLANNER).started == ("p2",)  # decided again on the state as it is
+
+
+def test_higher_priority_preempts_and_the_victim_waits_again_with_its_history(any_store: Store) -> None:
+    store = any_store
+    run_cycle(store, [SetQueues({"queues": [{"name": "team", "order": "priority", "quota": {"gpus": 16}}]})])
+    submit(store, job("low", gpu=1.0, instances=16), queue="team")
+    assert schedule_pass(store, PLANNER).started == ("low",)
+    urgent = Job("urgent", job("urgent", gpu=1.0, instances=8).tasks, priority=5)
+    submit(store, urgent, queue="team")
+    scheduled = schedule_pass(store, PLANNER)
+    assert scheduled.preempted == ("low",) and scheduled.started == ("urgent",)
+    assert states(store, ["low", "urgent"]) == {"low": PENDING, "urgent": RUNNING}
+    history = store.events("low")
+    assert [e.state for e in history] == [PENDING, RUNNING, PENDING] and "higher-priority" in history[-1].reason
+    assert store.job("low").allocation is None  # type: ignore[union-attr]
+    run_cycle(store, [End("urgent")])
+    assert schedule_pass(store, PLANNER).started == ("low",)  # back at its place, started again
+    assert [e.state for e in store.events("low")][-1] == RUNNING
+
+
+def test_another_process_catches_up_with_starts_preemptions_and_restarts(database_url: str) -> None:
+    one, two = store_at(database_url), store_at(database_url)
+    run_cycle(one, [SetQueues({"queues": [{"name": "team", "order": "priority", "quota": {"gpus": 16}}]})])
+    submit(one, job("x", gpu=1.0, instances=16), queue="team")
+    schedule_pass(one, PLANNER)
+    assert set(two.snapshot().allocations) == {"x"}
+    before = two.snapshot().generation
+    submit(one, Job("y", job("y", gpu=1.0, instances=16).tasks, priority=9), queue="team")
+    schedule_pass(one, PLANNER)  # x preempted for y
+    run_cycle(one, [End("y")])
+    schedule_pass(one, PLANNER)  # x started again, maybe elsewhere
+    caught = two.snapshot()
+    assert caught.generation > before and set(caught.allocations) == {"x"}
+    assert caught.allocations["x"] == one.snapshot().allocations["x"]
+
+
+def test_the_memory_store_comes_to_what_the_database_does(database_url: str) -> None:
+    stores: list[Store] = [MemoryStore(CLUSTER), store_at(database_url)]
+    seen = []
+    for store in stores:
+        run_cycle(store, [SetQueues({"queues": [{"name": "a", "quota": {"gpus": 8}},
+                                                {"name": "b", "order": "sjf", "quota": {"gpus": 8}}]})])
+        submit(store, *(job(f"a{k}", gpu=float(1 + k % 3), instances=2) for k in range(6)), queue="a")
+        submit(store, *(job(f"b{k}", gpu=1.0, instances=1 + k % 4) for k in range(6)), queue="b")
+        schedule_pass(store, PLANNER)
+        run_cycle(store, [End("a0"), Cancel("b5"), End("b0")])
+        schedule_pass(store, PLANNER)
+        ids = [f"{q}{k}" for q in "ab" for k in range(6)]
+        seen.append((states(store, ids), sorted(store.snapshot().allocations), store.pending_by_queue(),
+                     {i: [(e.state, e.reason) for e in store.events(i)] for i in ids}))
+    assert seen[0] == seen[1]
+
+
+def test_a_submission_the_pass_of_its_cycle_starts_is_answered_as_running() -> None:
+    store = MemoryStore(CLUSTER)
+    cycle = Cycle(store, on_loop=True, decide=PLANNER)
+
+    async def go() -> list[Result]:
+        first = await cycle.run(Submit(job("s1", gpu=1.0, instances=16), "default"))
+        second = await cycle.run(Submit(job("s2", gpu=1.0), "default"))
+        freed = await cycle.run(End("s1"))
+        return [first, second, freed]
+
+    first, second, _ = asyncio.run(go())
+    assert first == Submitted("s1", RUNNING) and second == Submitted("s2", PENDING)
+    assert states(store, ["s1", "s2"]) == {"s1": "released", "s2": RUNNING}  # the release's pass started it
+
+
+def test_the_earliest_reservation_arms_the_only_timer() -> None:
+    store = MemoryStore(CLUSTER)
+    cycle = Cycle(store, on_loop=True, decide=PLANNER)
+
+    async def go() -> tuple[float | None, bool]:
+        await cycle.run(Submit(job("t1", gpu=1.0, instances=16), "default", p50_s=600.0, p90_s=900.0))
+        assert cycle.due is None  # nobody waits
+        await cycle.run(Submit(job("t2", gpu=1.0, instances=8), "default", p50_s=60.0, p90_s=90.0))
+        armed = cycle._timer is not None and not cycle._timer.cancelled()
+        cycle.stop()
+        return cycle.due, armed
+
+    now = time.time()
+    due, armed = asyncio.run(go())
+    assert due is not None and now + 590 < due < time.time() + 610 and armed  # when t1 is expected to end
