@@ -10,10 +10,13 @@ setup: $(VENV)/.installed
 
 # Library bytecode is compiled once at install: with PYTHONDONTWRITEBYTECODE set, as on CI machines,
 # every process (each server a test starts) would otherwise compile its libraries from source again.
-$(VENV)/.installed: pyproject.toml requirements.lock
+# The development environment is the runtime lock plus the test and lint tools (requirements-dev.lock,
+# resolved with the runtime lock as a constraint, so both pin the same versions); the image installs the
+# runtime lock alone.
+$(VENV)/.installed: pyproject.toml requirements.lock requirements-dev.lock
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv
-	$(UV) pip install --quiet --compile-bytecode --python $(PY) -r requirements.lock
+	$(UV) pip install --quiet --compile-bytecode --python $(PY) -r requirements-dev.lock
 	$(UV) pip install --quiet --python $(PY) --no-deps -e .
 	touch $@
 
@@ -41,4 +44,5 @@ bench: setup
 	$(PY) tests/benchmarks/bench_ingest.py
 
 lock:
-	$(UV) pip compile --quiet pyproject.toml --extra dev -o requirements.lock
+	$(UV) pip compile --quiet pyproject.toml -o requirements.lock
+	$(UV) pip compile --quiet pyproject.toml --extra dev -c requirements.lock -o requirements-dev.lock

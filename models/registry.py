@@ -40,6 +40,10 @@ class RegistryUnavailable(ConnectionError):
     """The registry did not answer, or answered with an error: not the same as "no such alias"."""
 
 
+class ModelNotFound(LookupError):
+    """No such registered model, version or alias: an answer naming what was asked, not a failure."""
+
+
 def redacted(uri: str) -> str:
     """``uri`` (or a message quoting it) without the user and password a URL may carry, for messages
     that ``/readyz`` shows to anyone."""
@@ -56,6 +60,8 @@ class VersionInfo:
     created_ms: int
     metrics: dict[str, float] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    """The version's tags: among them what it needs to load (``models.requirements``)."""
 
 
 def default_uri(home: Path) -> str:
@@ -89,9 +95,11 @@ class ModelRegistry:
         except MlflowException as exc:
             if exc.error_code in _NOT_FOUND:
                 return None
-            what = "answered with an error" if isinstance(exc, RestException) else "unreachable"
-            failure = f"model registry at {self.tracking_uri} {what}: {exc.message}"
-            raise RegistryUnavailable(redacted(failure)) from exc
+            raise self._unavailable(exc) from exc
+
+    def _unavailable(self, exc: MlflowException) -> RegistryUnavailable:
+        what = "answered with an error" if isinstance(exc, RestException) else "unreachable"
+        return RegistryUnavailable(redacted(f"model registry at {self.tracking_uri} {what}: {exc.message}"))
 
     @staticmethod
     def bound_requests(timeout_s: int, retries: int) -> None:
@@ -107,12 +115,19 @@ class ModelRegistry:
         self.client.set_registered_model_alias(self.name, alias, version)
         log.info("alias moved", extra={"model": self.name, "alias": alias, "version": version})
 
+    def tag_version(self, version: str, tags: dict[str, str]) -> None:
+        for key, value in tags.items():
+            self.client.set_model_version_tag(self.name, version, key, value)
+
     def versions(self) -> list[VersionInfo]:
-        """All versions, newest first, with the metrics and parameters of their training runs."""
+        """All versions, newest first, with the metrics and parameters of their training runs;
+        :class:`RegistryUnavailable` when the registry cannot be asked (not an empty list)."""
         try:
             found = self.client.search_model_versions(f"name='{self.name}'")
-        except MlflowException:
-            return []
+        except MlflowException as exc:
+            if exc.error_code in _NOT_FOUND:
+                return []
+            raise self._unavailable(exc) from exc
         if not found:
             return []
         aliases: dict[str, list[str]] = {}
@@ -123,7 +138,7 @@ class ModelRegistry:
             run = self.client.get_run(mv.run_id) if mv.run_id else None
             infos.append(VersionInfo(str(mv.version), mv.run_id or "", tuple(sorted(aliases.get(str(mv.version), []))),
                                      int(mv.creation_timestamp or 0), dict(run.data.metrics) if run else {},
-                                     dict(run.data.params) if run else {}))
+                                     dict(run.data.params) if run else {}, dict(mv.tags or {})))
         return sorted(infos, key=lambda v: int(v.version), reverse=True)
 
     def load(self, alias_or_version: str) -> tuple[str, Any]:
@@ -132,9 +147,15 @@ class ModelRegistry:
         The object is stamped with its version (``set_version``) so that it answers with it.
         """
         version = alias_or_version if alias_or_version.isdigit() else self.alias_version(alias_or_version)
+        where = redacted(self.tracking_uri)
         if version is None:
-            raise LookupError(f"model {self.name!r} has no version with alias {alias_or_version!r}")
-        model = mlflow.pyfunc.load_model(f"models:/{self.name}/{version}").unwrap_python_model()
+            raise ModelNotFound(f"model {self.name!r} has no version with alias {alias_or_version!r} in {where}")
+        try:
+            model = mlflow.pyfunc.load_model(f"models:/{self.name}/{version}").unwrap_python_model()
+        except MlflowException as exc:
+            if exc.error_code in _NOT_FOUND:
+                raise ModelNotFound(f"model {self.name!r} has no version {version} in {where}") from exc
+            raise self._unavailable(exc) from exc
         if hasattr(model, "set_version"):
             model.set_version(version)
         return version, model

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.settings import Settings
+# Settings (pydantic-settings) are imported when first asked for: the command line imports this module
+# at start-up, and ``gpuplace --help`` needs none of it.
 
 
 def home() -> Path:
     """The working folder (tables, the MLflow store and the state database)."""
+    from service.settings import Settings
+
     return Settings().home
 
 
 def mlflow_uri() -> str:
     """MLflow tracking and registry store: ``GPUPLACE_MLFLOW_URI``, else a SQLite file in :func:`home`."""
+    from service.settings import Settings
+
     return Settings().resolved_mlflow_uri()
 
 

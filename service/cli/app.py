@@ -1,4 +1,9 @@
-"""The ``gpuplace`` command: wires the sub-commands and turns bad input into exit code 2."""
+"""The ``gpuplace`` command: wires the sub-commands and turns errors that are the user's to fix into one
+line and exit code 2.
+
+Every module imported here keeps its heavy imports (pandas, the ML stack, MLflow, the web framework) inside
+its commands, so that ``gpuplace --help`` and a command's ``--help`` start fast.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,6 @@ import sys
 
 import typer
 
-from placement import InputError
 from service.cli import cluster as cli_cluster
 from service.cli import data as cli_data
 from service.cli import loop as cli_loop
@@ -17,6 +21,7 @@ from service.cli import quickstart
 from service.cli import serve as cli_serve
 from service.cli import sim as cli_sim
 from service.cli.console import make_console
+from service.cli.errors import EXIT_BAD_INPUT, user_message
 
 app = typer.Typer(name="gpuplace", help="Resource estimation and placement for deep-learning jobs on GPU clusters.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -33,20 +38,19 @@ app.add_typer(cli_sim.app, name="simulate")
 app.add_typer(cli_performance.app, name="performance")
 app.command("serve")(cli_serve.serve)
 
-INPUT_ERRORS = (InputError,)
-EXIT_BAD_INPUT = 2
-
 
 def main() -> None:
     """Entry point of the console script."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         app()
-    except INPUT_ERRORS as exc:
-        make_console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        sys.exit(EXIT_BAD_INPUT)
-    except KeyError as exc:
-        make_console(stderr=True).print(f"[bold red]error:[/] {exc.args[0]}", highlight=False, soft_wrap=True)
+    except Exception as exc:
+        message = user_message(exc)
+        if message is None:
+            raise
+        from rich.text import Text  # the message is plain text: brackets in it are not markup
+
+        make_console(stderr=True).print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)
         sys.exit(EXIT_BAD_INPUT)
 
 

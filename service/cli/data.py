@@ -1,4 +1,7 @@
-"""``gpuplace data ...``: list, describe and ingest trace sources."""
+"""``gpuplace data ...``: list, describe and ingest trace sources.
+
+The readers (pandas, pyarrow) are imported inside the commands, so that the command line starts fast.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +14,6 @@ from rich.table import Table
 
 from service.cli.console import make_console
 from service.workdir import tables_dir
-from training.ingest.describe import human_duration, summarise
-from training.ingest.sources import SOURCES, get_source
-from training.ingest.tables import write_tables
 
 app = typer.Typer(help="Trace sources and the canonical job table.", no_args_is_help=True)
 console = make_console()
@@ -22,6 +22,8 @@ console = make_console()
 @app.command("list")
 def list_sources() -> None:
     """List the trace sources gpuplace reads and where their shipped copies are."""
+    from training.ingest.sources import SOURCES
+
     table = Table("source", "description", "shipped copy (under data/)")
     for source in SOURCES.values():
         table.add_row(source.name, source.description, source.shipped or "not shipped: give --path")
@@ -36,6 +38,9 @@ def describe(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
     """Rows, time span and the share of missing values per canonical column."""
+    from training.ingest.describe import human_duration, summarise
+    from training.ingest.sources import get_source
+
     frame = get_source(source).load(path)
     summary = summarise(frame)
     if as_json:
@@ -57,6 +62,9 @@ def ingest(
     path: Annotated[Path | None, typer.Option(help="read this file/folder (one source only)")] = None,
 ) -> None:
     """Convert sources into canonical Parquet tables (all are written, or none)."""
+    from training.ingest.sources import SOURCES, get_source
+    from training.ingest.tables import write_tables
+
     names = [s.name for s in SOURCES.values() if s.shipped] if sources == ["all"] else sources
     if path is not None and len(names) != 1:
         raise typer.BadParameter("--path goes with exactly one source")

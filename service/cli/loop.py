@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import Progress
 from rich.table import Table
 
-from service.cli.console import make_console
-from service.cli.models import DEFAULT_MODEL_NAME, NameOpt, registry
+from service.cli.console import make_console, progress
+from service.cli.errors import CommandError
+from service.cli.models import ALGOS, DEFAULT_MODEL_NAME, NameOpt, registry
 from service.workdir import home
 
 console = make_console()
@@ -41,6 +41,8 @@ def retrain(
 ) -> None:
     """Train a challenger on the trace plus completed jobs' feedback; promote it only if it is better on
     the most recent holdout (and not worse on P90 coverage). Idempotent: unchanged data trains nothing."""
+    if algo not in ALGOS:
+        raise CommandError(f"--algo {algo!r}: one of {', '.join(ALGOS)}")
     while True:
         if not every:
             _retrain_once(source, algo, seed, margin, database_url, name)
@@ -62,10 +64,8 @@ def _retrain_once(source: str, algo: str, seed: int, margin: float, database_url
     gpu_types = {m.name: m.gpu_type for m in store.cached().cluster.machines}
     feedback = feedback_table(completed_jobs(store.completions(), gpu_types))
     write_tables({"feedback": feedback}, home() / "tables")
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("retraining", total=None)
-        outcome = run(registry(name), source, feedback, algo, seed, margin,
-                      progress=lambda text: progress.update(task, description=text))
+    with progress(console, "retraining") as steps:
+        outcome = run(registry(name), source, feedback, algo, seed, margin, progress=steps.update)
     decision = outcome.decision
     trained = f"trained version {outcome.challenger}" if outcome.trained else \
         f"no new data since version {outcome.challenger}: nothing trained"

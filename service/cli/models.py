@@ -1,6 +1,6 @@
-"""``gpuplace evaluate``: baselines and models on a time-ordered holdout of a real trace.
+"""``gpuplace evaluate``, ``train``, ``predict`` and ``models``: estimators and the model registry.
 
-The ML stack is imported inside the commands, so that the rest of the command line starts fast.
+The ML stack and MLflow are imported inside the commands, so that the rest of the command line starts fast.
 """
 
 from __future__ import annotations
@@ -9,20 +9,21 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import Progress
 from rich.table import Table
 
-from service.cli.console import make_console
+from service.cli.console import make_console, progress
+from service.cli.errors import CommandError
 from service.workdir import home, mlflow_uri
-from training.features.targets import TARGETS
 
 DEFAULT_MODEL_NAME = "gpuplace-estimators"
+LABELLED_SOURCES = ("pai2020-jobs", "pai2020", "philly", "openb2023", "dlrm2025")
+"""The sources with training labels (``training.features.targets.TARGETS``, which imports pandas)."""
 
 console = make_console()
 
 
 def evaluate(
-    source: Annotated[str, typer.Option(help=f"one of {', '.join(TARGETS)}")] = "pai2020-jobs",
+    source: Annotated[str, typer.Option(help=f"one of {', '.join(LABELLED_SOURCES)}")] = "pai2020-jobs",
     target: Annotated[str, typer.Option(help="duration, bandwidth, ... (what the source has labels for)")] = "duration",
     out: Annotated[Path | None, typer.Option(help="folder for report.json and plots")] = None,
     seed: Annotated[int, typer.Option(help="seed of every stochastic part")] = 0,
@@ -32,23 +33,26 @@ def evaluate(
     """Fit baselines and models on earlier jobs, score them on later ones; write JSON and PNG plots."""
     import json
 
+    from training.features.targets import TARGETS
     from training.ingest.sources import SOURCES
     from training.pipeline.report import run_report  # imports the ML stack: only when a command needs it
 
+    if not every and target not in TARGETS.get(source, {}):
+        known = "; ".join(f"{s}: {', '.join(t)}" for s, t in TARGETS.items())
+        raise CommandError(f"no labels for --source {source!r} --target {target!r}; sources and targets: {known}")
     pairs = [(s, t) for s, targets in TARGETS.items() if SOURCES[s].shipped for t in targets] if every \
         else [(source, target)]
     base = out or home() / "reports"
     summary: dict[str, Any] = {}
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("evaluating", total=len(pairs))
+    with progress(console, "evaluating", total=len(pairs)) as steps:
         for src, tgt in pairs:
             def step(name: str, prefix: str = f"{src} {tgt}") -> None:
-                progress.update(task, description=f"{prefix}: fitting {name}")
+                steps.update(f"{prefix}: fitting {name}")
 
             report = run_report(src, tgt, base / f"{src}-{tgt}", seed=seed, test_share=test_share, progress=step)
             summary[f"{src}/{tgt}"] = {n: {k: e[k] for k in ("male", "p90_coverage", "mae")}
                                        for n, e in report["estimators"].items()}
-            progress.advance(task)
+            steps.advance()
             console.print(estimator_table(report))
     base.mkdir(parents=True, exist_ok=True)
     (base / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -70,13 +74,24 @@ def estimator_table(report: dict[str, Any]) -> Table:
 
 
 NameOpt = Annotated[str, typer.Option("--name", help="registered model name")]
+ALGOS = ("lgbm", "rf")
+REQUEST_TIMEOUT_S = 120
+"""Per request to a tracking server: uploads of a trained bundle take a while."""
+REQUEST_RETRIES = 2
 models_app = typer.Typer(help="The model registry: versions, aliases, promotion.", no_args_is_help=True)
 
 
 def registry(name: str = DEFAULT_MODEL_NAME) -> Any:
     """The model registry of the working folder (MLflow store from ``mlflow_uri``)."""
+    import logging
+
     from models.registry import ModelRegistry
 
+    # The command says what it did; MLflow's own notes on creating its tables, and urllib3's on each retry
+    # of a server that does not answer, would bury that line.
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+    ModelRegistry.bound_requests(REQUEST_TIMEOUT_S, REQUEST_RETRIES)  # a server that is down: an error in seconds
     home().mkdir(parents=True, exist_ok=True)
     uri = mlflow_uri()
     remote = uri.startswith(("http://", "https://"))  # a tracking server keeps the artifacts itself
@@ -93,11 +108,12 @@ def train(
     """Train a bundle on real traces, log it to MLflow and register it as the challenger."""
     from training.pipeline.train import train_and_register
 
+    if algo not in ALGOS:
+        raise CommandError(f"--algo {algo!r}: one of {', '.join(ALGOS)}")
     store = registry(name)
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("training", total=None)
+    with progress(console, "training") as steps:
         result = train_and_register(store, source or ["pai2020-jobs"], algo, seed, test_share,
-                                    progress=lambda text: progress.update(task, description=text))
+                                    progress=steps.update)
     for report in result.reports.values():
         console.print(estimator_table(report))
     console.print(f"registered {name} version {result.version} (alias challenger), run {result.run_id}")
@@ -105,9 +121,13 @@ def train(
 
 @models_app.command("list")
 def list_versions(name: NameOpt = DEFAULT_MODEL_NAME) -> None:
-    """Versions, aliases and headline metrics."""
+    """Versions, aliases, headline metrics, the gpuplace each needs and whether this installation loads it."""
+    from models.requirements import VERSION_TAG, installed, loadability
+
+    here = installed("gpuplace") or "?"
     table = Table("version", "aliases", "algo", "sources", "duration MALE", "P90 coverage",
-                  "best duration baseline MALE", title=f"registered model {name} ({mlflow_uri()})")
+                  "best duration baseline MALE", "gpuplace", f"loads here (gpuplace {here})",
+                  title=f"registered model {name} ({mlflow_uri()})")
     versions = registry(name).versions()
     if not versions:
         console.print(f"no versions of {name} registered at {mlflow_uri()}: run `gpuplace train`")
@@ -115,9 +135,13 @@ def list_versions(name: NameOpt = DEFAULT_MODEL_NAME) -> None:
     for info in versions:
         baselines = [v for k, v in info.metrics.items() if k.startswith("duration.baseline.") and k.endswith(".male")]
         metric = info.metrics.get
+        loads = loadability(info.tags)
+        shown = {"yes": "[green]yes[/]", "no": "[red]no[/]", "unsure": "[yellow]unsure[/]"}.get(loads.verdict,
+                                                                                               loads.verdict)
         table.add_row(info.version, ", ".join(info.aliases), info.params.get("algo", ""),
                       info.params.get("sources", ""), _fmt(metric("duration.model.male")),
-                      _fmt(metric("duration.model.p90_coverage")), _fmt(min(baselines) if baselines else None))
+                      _fmt(metric("duration.model.p90_coverage")), _fmt(min(baselines) if baselines else None),
+                      info.tags.get(VERSION_TAG, "-"), shown + (f": {loads.reason}" if loads.reason else ""))
     console.print(table)
 
 
@@ -144,25 +168,36 @@ def predict(
     import pandas as pd
 
     from training.needs.vocabulary import validate
+    from training.pipeline.bundle import job_table
 
-    text = Path(job[1:]).read_text() if job.startswith("@") else job
+    where = "--job"
+    if job.startswith("@"):
+        path = Path(job[1:])
+        where = f"--job file {path}"
+        try:
+            text = path.read_bytes().decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise CommandError(f"{where}: not UTF-8 text (byte {exc.start})") from exc
+    else:
+        text = job
     try:
         payload = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise typer.BadParameter(f"--job is not valid JSON: {exc}") from exc
+        raise CommandError(f"{where}: not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from exc
     rows = payload if isinstance(payload, list) else [payload]
-    if not all(isinstance(row, dict) for row in rows):
-        raise typer.BadParameter("--job must be a JSON object or a list of objects")
+    if not rows or not all(isinstance(row, dict) for row in rows):
+        raise CommandError(f"{where}: must be a JSON object or a non-empty list of objects")
     try:  # hyperparameters may be given as an object; the bundle reads them as JSON text
         rows = [{**row, "hyperparams": json.dumps(validate(row["hyperparams"]))}
                 if isinstance(row.get("hyperparams"), dict) else row for row in rows]
+        job_table(pd.DataFrame(rows))  # refused before the model is loaded, which takes seconds
     except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
+        raise CommandError(f"{where}: {exc}") from exc
     _, bundle = registry(name).load(version)
     try:
         result = bundle.predict(None, pd.DataFrame(rows))
     except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
+        raise CommandError(f"{where}: {exc}") from exc
     typer.echo(result.to_json(orient="records", indent=2))
 
 

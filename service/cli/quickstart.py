@@ -23,21 +23,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import httpx
-import pandas as pd
 import typer
-from rich.progress import Progress
 from rich.table import Table
 
-from service.cli.cluster import cluster_table
-from service.cli.console import make_console
-from service.settings import Settings
+from service.cli.console import make_console, progress
+from service.cli.errors import CommandError
 from service.workdir import home, mlflow_uri, tables_dir
-from training.ingest.describe import human_duration, summarise
-from training.ingest.sources import SOURCES
-from training.ingest.tables import write_tables
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 console = make_console()
 API_KEY_ENV = "GPUPLACE_API_KEYS"
@@ -53,6 +49,10 @@ def run(
 ) -> None:
     """Ingest the shipped data, train if there is no champion, start the service and replay real PAI
     jobs through its REST API; ends with a summary."""
+    from service.cli.models import ALGOS
+
+    if algo not in ALGOS:
+        raise CommandError(f"--algo {algo!r}: one of {', '.join(ALGOS)}")
     _ingest()
     version = _champion(algo)
     with _service(port) as url:
@@ -73,14 +73,18 @@ def run(
 
 
 def _ingest() -> None:
+    from service.cli.cluster import cluster_table
+    from training.ingest.describe import human_duration, summarise
+    from training.ingest.sources import SOURCES
+    from training.ingest.tables import write_tables
+
     shipped = [s for s in SOURCES.values() if s.shipped]
     frames: dict[str, pd.DataFrame] = {}
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("ingesting shipped traces", total=len(shipped))
+    with progress(console, "ingesting shipped traces", total=len(shipped)) as steps:
         for source in shipped:
-            progress.update(task, description=f"ingesting {source.name}")
+            steps.update(f"ingesting {source.name}")
             frames[source.name] = source.load()
-            progress.advance(task)
+            steps.advance()
     written = write_tables(frames, tables_dir())
     table = Table("source", "rows", "jobs", "submissions span", "status", "tasks with observed usage",
                   title="canonical job tables (real data)")
@@ -108,10 +112,9 @@ def _champion(algo: str) -> str:
         console.print(f"model: champion version {version} (already trained; `gpuplace retrain` updates it)")
         return str(version)
     started = time.monotonic()
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("training", total=None)
+    with progress(console, "training") as steps:
         result = train_and_register(store, ["pai2020-jobs"], algo,
-                                    progress=lambda text: progress.update(task, description=f"training: {text}"))
+                                    progress=lambda text: steps.update(f"training: {text}"))
     decision = promote(store)
     metric = result.metrics.get
     console.print(f"model: trained {algo} version {result.version} on the shipped PAI jobs in "
@@ -152,6 +155,8 @@ def _service(port: int) -> Iterator[str]:
 def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path, timeout_s: float = 900.0) -> None:
     """Poll until the service is ready; generous, because a loaded machine may take minutes to import and
     load a model, and a process that exits is noticed at once anyway."""
+    import httpx
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -208,6 +213,10 @@ class Summary:
 def replay(url: str, arrivals: list[Arrival]) -> Summary:
     """Place ``arrivals`` through ``url`` in trace time: completions (each job's real duration after it
     starts) free capacity for waiting jobs, which are tried again in arrival order."""
+    import httpx
+
+    from service.settings import Settings
+
     headers = {"X-API-Key": next(iter(Settings().accepted_keys()), "")}
     summary = Summary(jobs=len(arrivals))
     running: list[tuple[float, str, float]] = []  # (end time, job id, duration)
@@ -215,8 +224,7 @@ def replay(url: str, arrivals: list[Arrival]) -> Summary:
     counted: set[str] = set()
     started = time.monotonic()
     with httpx.Client(base_url=url, headers=headers, timeout=60) as http, \
-            Progress(console=console, transient=True) as progress:
-        bar = progress.add_task("replaying PAI jobs through the REST API", total=len(arrivals))
+            progress(console, "replaying PAI jobs through the REST API", total=len(arrivals)) as steps:
 
         def place(arrival: Arrival, now: float) -> bool:
             """Try to place; ``True`` if it needs no further try (placed, never fits, or refused)."""
@@ -256,8 +264,8 @@ def replay(url: str, arrivals: list[Arrival]) -> Summary:
             complete_until(arrival.submit_s)
             if not place(arrival, arrival.submit_s):
                 waiting.append(arrival)
-            progress.advance(bar)
-        progress.update(bar, description="completing the jobs still running")
+            steps.advance()
+        steps.update("completing the jobs still running")
         complete_until(float("inf"))
     summary.waiting_at_end = len(waiting)
     summary.wall_s = time.monotonic() - started
@@ -277,6 +285,10 @@ def _count_estimate(summary: Summary, body: dict[str, Any], estimate: dict[str, 
 
 
 def summary_table(s: Summary, version: str) -> Table:
+    import pandas as pd
+
+    from training.ingest.describe import human_duration
+
     table = Table("", "value", title=f"{s.jobs:,} real PAI jobs replayed through the REST API in {s.wall_s:.0f} s "
                                       f"(model {', '.join(sorted(s.model_versions)) or version})")
     waits = pd.Series(s.waits_s, dtype=float)

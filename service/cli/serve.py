@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from service.settings import Settings
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 
 def serve(
@@ -18,6 +19,8 @@ def serve(
 ) -> None:
     """Run the REST API (OpenAPI docs at /docs), and the extender's listener if GPUPLACE_EXTENDER_PORT is set."""
     import uvicorn
+
+    from service.settings import Settings
 
     settings = Settings()
     if settings.extender_port:

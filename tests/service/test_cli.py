@@ -88,6 +88,9 @@ def test_quickstart_ingests_trains_serves_and_replays_then_reuses_the_model(tmp_
     assert "200 real PAI jobs replayed through the REST API" in out.stdout and "/docs" in out.stdout
     completed = next(line for line in out.stdout.splitlines() if "completed (stored as feedback)" in line)
     assert "200" in completed
+    # not a terminal: progress is plain lines on stderr (a rich bar would leave nothing in a log)
+    progress = [line for line in out.stderr.splitlines() if line.startswith("progress ")]
+    assert any("training" in line for line in progress) and any("replaying" in line for line in progress)
 
     again = gpuplace("quickstart", "--jobs", "50", home=tmp_path, timeout_s=600)
     assert again.returncode == 0, again.stderr

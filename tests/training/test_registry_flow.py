@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from importlib.metadata import version as installed_version
 from pathlib import Path
 
+import mlflow
 import pandas as pd
 import pytest
 
 from models.registry import CHALLENGER, CHAMPION, ModelRegistry, default_uri
+from models.requirements import REQUIREMENTS_TAG, VERSION_TAG, loadability, pip_requirements
 from training.pipeline.promote import promote
 from training.pipeline.train import train_and_register
 
@@ -44,6 +47,12 @@ def test_train_promote_list_load(registry: ModelRegistry) -> None:
     listed = {v.version: v for v in registry.versions()}
     assert listed["1"].aliases == (CHAMPION,) and listed["2"].aliases == (CHALLENGER,)
     assert listed["1"].params["data_sha256.openb2023"] == first_digest()
+    # what the version needs to load: recorded on the version and in the model's own requirements
+    assert listed["1"].tags[VERSION_TAG] == installed_version("gpuplace")
+    assert listed["1"].tags[REQUIREMENTS_TAG].splitlines() == pip_requirements()
+    assert loadability(listed["1"].tags).verdict == "yes"
+    logged = Path(mlflow.pyfunc.get_model_dependencies(f"models:/{registry.name}/1")).read_text().split()
+    assert set(pip_requirements()) <= set(logged) and f"gpuplace=={installed_version('gpuplace')}" in logged
 
     version, bundle = registry.load(CHAMPION)
     job = pd.DataFrame([{"req_gpu": 0.5, "req_cpu_cores": 4.0, "req_mem_gib": 16.0, "qos": "LS",

@@ -116,7 +116,10 @@ def conform(
             values = frame[col.name]
         else:
             values = pd.Series([pd.NA] * n, index=frame.index, dtype="object")
-        out[col.name] = _cast(values, col)
+        try:
+            out[col.name] = _cast(values, col)
+        except (ValueError, TypeError) as exc:  # pandas' message names neither the column nor the row
+            raise _cast_error(values, col, origin, lines, exc) from exc
     table = pd.DataFrame(out, index=pd.RangeIndex(n))
     _check(table, origin, lines)
     return table
@@ -136,6 +139,24 @@ def _cast(values: pd.Series, col: Column) -> pd.Series:
         return pd.to_numeric(values, errors="raise").astype("float64")
     result: pd.Series = values.astype(_DTYPES[col.dtype])
     return result
+
+
+def _cast_error(values: pd.Series, col: Column, origin: Path | str, lines: Sequence[int] | np.ndarray | None,
+                exc: Exception) -> DataError:
+    """The first value of ``values`` that is not a ``col.dtype``, named with its line and column."""
+    values = values.reset_index(drop=True)
+    for i, value in enumerate(values):
+        if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
+            continue
+        try:
+            _cast(pd.Series([value], dtype="object"), col)
+        except (ValueError, TypeError):
+            line = int(lines[i]) if lines is not None else i + 1
+            return DataError(origin, f"{col.name} must be {_KINDS.get(col.dtype, col.dtype)}", line, col.name, value)
+    return DataError(origin, f"{col.name} must be {_KINDS.get(col.dtype, col.dtype)}: {exc}", None, col.name)
+
+
+_KINDS = {FLOAT: "a number", INT: "a whole number", BOOL: "true or false", STRING: "text", CATEGORY: "text"}
 
 
 def _categories(name: str) -> tuple[str, ...] | None:

@@ -38,9 +38,10 @@ def write_report(source: str, target: str, split: Split, result: dict[str, Any],
     best_baseline = min((n for n in result["estimators"] if n not in families),
                         key=lambda n: result["estimators"][n]["male"])
     shown = {n: result["predictions"][n] for n in (best_baseline, *families)}
-    files = [plots.predicted_vs_actual(shown, actual, out / "predicted_vs_actual.png", unit),
-             plots.calibration(result["estimators"], out / "calibration.png"),
-             plots.error_by_depth(result["estimators"], out / "error_by_depth.png")]
+    subject = f"{source} {target}"
+    files = [plots.predicted_vs_actual(shown, actual, out / "predicted_vs_actual.png", unit, subject),
+             plots.calibration(result["estimators"], out / "calibration.png", subject),
+             plots.error_by_depth(result["estimators"], out / "error_by_depth.png", subject)]
     report = {
         "source": source, "target": target, "column": spec.column, "unit": unit, "seed": seed,
         "split": {"train_rows": len(split.train), "test_rows": len(split.test),

@@ -94,8 +94,9 @@ def plot_comparison(decision: Decision, path: Path) -> Path:
     new, old = decision.comparison.get("challenger", {}), decision.comparison.get("champion", {})
     targets = sorted({k.split(".")[0] for k in new})
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    for ax, metric, title in ((axes[0], "male", "mean absolute log error (lower is better)"),
-                              (axes[1], "p90_coverage", "P90 coverage (0.9 is right)")):
+    for ax, metric, title, label in (
+            (axes[0], "male", "mean absolute log error (lower is better)", "mean absolute log error (ln, no unit)"),
+            (axes[1], "p90_coverage", "P90 coverage (0.9 is right)", "share of jobs with actual <= P90 (fraction)")):
         xs = range(len(targets))
         ax.bar([x - 0.2 for x in xs], [old.get(f"{t}.{metric}", float("nan")) for t in targets], 0.4,
                label=f"champion {decision.champion_before or '-'}")
@@ -103,10 +104,13 @@ def plot_comparison(decision: Decision, path: Path) -> Path:
                label=f"challenger {decision.challenger or '-'}")
         ax.set_xticks(list(xs), targets)
         ax.set_title(title, fontsize=9)
+        ax.set_xlabel("target")
+        ax.set_ylabel(label, fontsize=8)
         if metric == "p90_coverage":
             ax.axhline(0.9, color="grey", linestyle="--", linewidth=1)
     axes[0].legend(fontsize=8)
-    fig.suptitle(("promoted: " if decision.promoted else "kept the champion: ") + decision.reason[:110], fontsize=8)
+    verdict = "promoted" if decision.promoted else "kept the champion"
+    fig.suptitle(f"retrain on the most recent holdout: {verdict}: {decision.reason[:100]}", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -15,6 +15,7 @@ from mlflow.models import infer_signature
 
 from models.calibrated import CalibratedEstimator
 from models.registry import CHALLENGER, ModelRegistry
+from models.requirements import pip_requirements, version_tags
 from training.features.targets import TARGETS
 from training.ingest.sources import get_source
 from training.needs.estimator import shipped_needs
@@ -112,10 +113,16 @@ def _log_and_register(registry: ModelRegistry, bundle: EstimatorBundle, params: 
     jobs = jobs.astype({c: "object" if str(jobs[c].dtype).startswith(("string", "category")) else "float64"
                         for c in jobs.columns if c not in ("censored",)})
     signature = infer_signature(jobs, bundle.predict(None, jobs))
+    # The bundle is a pickle of gpuplace's classes and of fitted library objects: it loads where the same
+    # gpuplace and libraries are installed, so the version says which (MLflow's own inference would find
+    # only mlflow and cloudpickle).
+    requirements = pip_requirements()
     with mlflow.start_run(experiment_id=registry.experiment_id()) as run:
         mlflow.log_params(params)
         mlflow.log_metrics(metrics)
         mlflow.log_artifacts(str(artifacts), artifact_path="evaluation")
         info = mlflow.pyfunc.log_model(name="bundle", python_model=bundle, signature=signature, input_example=jobs,
-                                       registered_model_name=registry.name)
-    return run.info.run_id, str(info.registered_model_version)
+                                       registered_model_name=registry.name, pip_requirements=requirements)
+    version = str(info.registered_model_version)
+    registry.tag_version(version, version_tags(requirements))
+    return run.info.run_id, version

@@ -147,8 +147,9 @@ def compare(cluster: Cluster, jobs: Sequence[SimJob], runs: Sequence[tuple[str, 
         _records_csv(result, out / f"jobs-{queue}-{placement}.csv")
     summary["never_fit"] = [{"job_id": r.job_id, "reasons": list(r.reasons)}
                             for r in next(iter(results.values())).records if r.never_fits][:50]
-    summary["plots"] = [str(jct_cdf(results, out / "jct_cdf.png")),
-                        str(allocation_over_time(results, out / "allocation.png"))]
+    subject = f"{len(jobs):,} jobs on {cluster.name} ({runtime} runtime)"
+    summary["plots"] = [str(jct_cdf(results, out / "jct_cdf.png", subject)),
+                        str(allocation_over_time(results, out / "allocation.png", subject))]
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 
