@@ -8,7 +8,6 @@ import fnmatch
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +20,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.processes import stop_group
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -166,13 +167,7 @@ def mlflow_server(tmp_path: Path) -> Iterator[tuple[int, list[str]]]:
                 time.sleep(0.3)
         yield port, check
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        log.close()
+        stop_group(process, log)
 
 
 @pytest.mark.slow

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +21,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.processes import stop_group
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("service", "models", "placement", "training")
@@ -120,10 +121,4 @@ def test_runtime_lock_alone_installs_and_serves(tmp_path: Path) -> None:
             ready = json.loads(exc.read())
         assert ready["database"] == "ok"  # migrations shipped in the wheel ran against a new SQLite file
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        log.close()
+        stop_group(process, log)

@@ -57,7 +57,7 @@ async def estimate_async(rt: Runtime, job: JobIn, records: Sequence[JobRecord] |
     return job_estimate(job.job_id, per_task)
 
 
-def _to_job(body: JobIn, estimate: JobEstimate) -> Job:
+def job_to_place(body: JobIn, estimate: JobEstimate) -> Job:
     """The job to place: its expected duration the estimate's P50, its tasks' needs the estimate's."""
     duration_s = estimate.duration_s.p50 if estimate.duration_s else math.nan
     return body.to_job(duration_s, [task.needs for task in estimate.tasks])
@@ -82,7 +82,7 @@ async def place(body: PlaceIn, rt: WriteRuntime) -> DecisionOut:
     records = body.records()
     estimate = await estimate_async(rt, body, records)
     est = estimate_json(estimate)
-    job = _to_job(body, estimate)
+    job = job_to_place(body, estimate)
     if body.dry_run:
         decision, cluster = await run_in_threadpool(_decide_only, rt, policy, job)
         committed = False
@@ -129,7 +129,7 @@ async def place_batch(body: BatchIn, rt: WriteRuntime) -> BatchOut:
         raise HTTPException(409, f"jobs already exist (job ids are never reused): {existing[:10]}")
     estimates = await run_in_threadpool(estimate_many, rt, body.jobs)
     answers = [estimate_json(e) for e in estimates]
-    jobs = [_to_job(j, e) for j, e in zip(body.jobs, estimates, strict=True)]
+    jobs = [job_to_place(j, e) for j, e in zip(body.jobs, estimates, strict=True)]
     snapshot = await run_in_threadpool(rt.store.snapshot)
     result = await run_in_threadpool(batch_policy(body.policy), snapshot, jobs, body.time_limit_s, body.seed)
     stored = [False] * len(jobs)

@@ -19,7 +19,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
 from placement import JobMode, QueueConfigError, queues_from_dict, queues_to_dict, schedule
-from service.http.jobs import _to_job, estimate_async
+from service.http.jobs import estimate_async, job_to_place
 from service.http.responses import (
     AllocationOut,
     CancelledOut,
@@ -73,7 +73,7 @@ async def submit_job(body: SubmitIn, rt: WriteRuntime) -> SubmittedOut:
     records = body.records()
     estimate = await estimate_async(rt, body, records)
     est = estimate_json(estimate)
-    job = replace(_to_job(body, estimate), priority=body.priority)
+    job = replace(job_to_place(body, estimate), priority=body.priority)
     duration = estimate.duration_s
     p50, p90 = (duration.p50, duration.p90) if duration is not None else (math.nan, math.nan)
     details = {"estimate": est, "model_version": estimate.model_version, "records": records}
