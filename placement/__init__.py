@@ -113,6 +113,8 @@ if TYPE_CHECKING:
     from placement.scheduling.queues import Queue as Queue
     from placement.scheduling.queues import QueueSet as QueueSet
     from placement.scheduling.settings import SchedulingSettings as SchedulingSettings
+    from placement.sim.derived_pods import derive as derive
+    from placement.sim.derived_pods import parse_variant as parse_variant
     from placement.sim.engine import BatchWindow as BatchWindow
     from placement.sim.engine import JobRecord as JobRecord
     from placement.sim.engine import SimResult as SimResult
@@ -161,6 +163,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "placement.scheduling.queues": ("Queue", "QueueSet"),
     "placement.scheduling.settings": ("SchedulingSettings",),
     "placement.sim.engine": ("BatchWindow", "JobRecord", "SimResult", "simulate"),
+    "placement.sim.derived_pods": ("derive", "parse_variant"),
     "placement.sim.fill": ("FillCurve", "FillSummary", "fill", "parse_seeds", "summarise_fill"),
     "placement.sim.jobs": ("SimJob", "without_sharing"),
     "placement.sim.metrics": ("summarise",),

@@ -4,19 +4,26 @@ one more instance adds to it, for every machine (rows of numpy arrays).
 For one machine and one typical shape ``s`` (``placement.online.shape_mix``), in milli-GPUs:
 
     frag_s = sum of the free shares of the GPUs whose free share is below s's per-GPU share,
-             when the machine can host s (its type is one s accepts, at least s.gpus GPUs have s's
-             share free, and s's CPU is free);
+             when the machine can host s (at least s.gpus GPUs have s's share free, and s's CPU is free);
     frag_s = every free milli-GPU of the machine, otherwise (s cannot use any of it there). A
              CPU-only shape uses no GPU: every free milli-GPU counts.
 
-    fragmentation = sum over the typical shapes of weight_s x frag_s,  weight_s = count_s / sum of counts
+    fragmentation = sum over the typical shapes s that accept the machine's GPU type of weight_s x frag_s,
+                    weight_s = count_s / (sum of the counts of the shapes that accept that type)
 
 (worked out as the integer sum of count_s x frag_s, then divided: machines in the same state tie exactly).
+Unlike FGD, a shape restricted to other GPU types takes no part on a machine: FGD counts all of the
+machine's free GPUs as that shape's fragment, so filling a machine of a type that many restricted shapes
+refuse lowers the measure most, and the pods that could go anywhere fill first the rare types that
+restricted pods need (on the default pod list with a third of the GPU pods restricted to one type,
+``placement.sim.derived_pods``, seed 42: 7.04% of the GPUs unallocated at 100% arrived against 6.00% for
+first fit). Without restricted shapes the two measures are the same.
 
 As in FGD, a shape's GPU memory and memory are not part of the measure. Placing an instance changes the
 machine it goes to: ``added`` gives, per machine, the least fragmentation any way of placing it there
 adds (for a share: on each GPU it fits; whole GPUs: the free ones; CPU only: the CPU), and which GPU
-gives it; among GPUs that add the same, the fullest, then the lowest index.
+gives it; among GPUs that add the same, the fullest, then the lowest index (or, counted in steps, among
+GPUs whose additions fall in the same step: the fullest).
 """
 
 from __future__ import annotations
@@ -107,18 +114,26 @@ def rows_of(usage: MachineUsage, machines: IntArray) -> Rows:
 
 
 def fragmentation(rows: Rows, table: ShapeTable) -> IntArray:
-    """Expected milli-GPUs of each row that the mix's shapes could not use, times ``table.total`` (the
+    """Expected milli-GPUs of each row that the mix's shapes could not use, times :func:`accepting` (the
     module docstring)."""
     free = rows.free
+    accepts = table.accessible[rows.gpu_type]
     total = np.where(free > 0, free, 0).sum(axis=1)
     at_least = free[:, :, None] >= table.levels[None, None, :]
     count = at_least.sum(axis=1)
     below = total[:, None] - np.where(at_least, free[:, :, None], 0).sum(axis=1)
     level = table.level_of
-    hosts = (table.accessible[rows.gpu_type] & table.uses_gpu[None, :] & (count[:, level] >= table.gpus[None, :])
+    hosts = (table.uses_gpu[None, :] & (count[:, level] >= table.gpus[None, :])
              & (rows.cpu_free[:, None] >= table.cpu[None, :]))
-    per_shape = np.where(hosts, below[:, level], total[:, None])
+    per_shape = np.where(accepts, np.where(hosts, below[:, level], total[:, None]), 0)
     result: IntArray = per_shape @ table.counts
+    return result
+
+
+def accepting(rows: Rows, table: ShapeTable) -> IntArray:
+    """Per row, the sum of the counts of the shapes that accept its GPU type (at least 1): what
+    :func:`fragmentation` is divided by to give milli-GPUs."""
+    result: IntArray = np.maximum(table.accessible[rows.gpu_type].astype(np.int64) @ table.counts, 1)
     return result
 
 
@@ -146,18 +161,22 @@ def options(rows: Rows, need: Need) -> tuple[Rows, IntArray, IntArray]:
     return after, row, gpu
 
 
-def added(rows: Rows, need: Need, table: ShapeTable) -> tuple[FloatArray, IntArray]:
+def added(rows: Rows, need: Need, table: ShapeTable, step_milli: float | None = None) -> tuple[FloatArray, IntArray]:
     """Per row, the least fragmentation placing one instance of ``need`` adds (``inf`` where it cannot be
-    placed) and the GPU that gives it (``NO_GPU`` where the choice is not a GPU's); see the module docstring."""
+    placed) and the GPU that gives it (``NO_GPU`` where the choice is not a GPU's); see the module docstring.
+    With ``step_milli``, GPUs whose additions fall in the same step of that many milli-GPUs (rounded down)
+    count as adding the same, so the fullest of them is taken."""
     before = fragmentation(rows, table)
     after, row, gpu = options(rows, need)
     best = np.full(len(before), np.inf)
     best_gpu = np.full(len(before), NO_GPU, dtype=np.int64)
     if not len(row):
         return best, best_gpu
-    grown = fragmentation(after, table) - before[row]  # exact: integers
+    norm = accepting(rows, table)[row]
+    grown = fragmentation(after, table) - before[row]  # exact: integers, one denominator per row
+    key = grown if step_milli is None else np.floor(grown / norm / step_milli + 1e-9)
     fuller = rows.free[row, np.maximum(gpu, 0)]  # prefer the fullest GPU among those that add the same
-    order = np.lexsort((gpu, fuller, grown, row))
+    order = np.lexsort((gpu, fuller, key, row))
     first = order[np.r_[True, row[order][1:] != row[order][:-1]]]
-    best[row[first]], best_gpu[row[first]] = grown[first] / table.total, gpu[first]
+    best[row[first]], best_gpu[row[first]] = grown[first] / norm[first], gpu[first]
     return best, best_gpu

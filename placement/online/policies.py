@@ -1,15 +1,23 @@
 """The online policies, registered by name. Each is a weighted sum of scorers (``placement.online.scorers``)
 over the machines the filters pass (``placement.filters``); lower is better.
 
-* ``liquid`` (default) - Liquid's network-aware best fit: w_network x ``network`` (the network-cost
-  increment of ``placement.model.network``; with a speed model in the config, the measured seconds lost to
-  spread of ``placement.online.spread_cost`` for the jobs it knows) + w_load x ``load`` (workers pack onto
-  busy machines: 1 - allocated share; parameter servers spread: allocated share) + a GPU-type term + a
-  best-fit tie-break (``best-fit``: fewest free whole GPUs left). The type term, for a job of a class
-  the speed model knows, is w_network x ``type-cost``, the measured seconds lost per hour on the
-  machine's type (``placement.online.type_cost``); for any other job that does not ask for a GPU type it is
-  w_scarce x ``scarcity``, the tier of the machine's GPU (keeps scarce high-end GPUs for jobs that
-  require them).
+* ``liquid`` (default) - Liquid's network-aware best fit, made aware of fragmentation and of type-restricted
+  demand. For an instance where no network cost is at stake (:func:`one_pod`: its job has one instance,
+  or it asks for a share of a GPU): w_frag x ``fragmentation`` + w_frag x ``type-demand`` (the pressure
+  that recent type-restricted instances put on the free GPUs of the machine's type, in the same steps, so
+  that instances which could go anywhere keep off the types restricted ones need; it applies once some
+  recent instance was restricted) + the best-fit tie-break (``best-fit``: fewest free whole GPUs left,
+  weighted ``EPSILON``), with w_frag = 2 x (w_load + w_scarce). For the other instances, Liquid's terms:
+  w_network x ``network`` (the network-cost increment of ``placement.model.network``; with a speed model
+  in the config, the measured seconds lost to spread of ``placement.online.spread_cost`` for the jobs it
+  knows) + w_load x ``load`` (workers pack onto busy machines: 1 - allocated share; parameter servers
+  spread: allocated share) + w_scarce x ``scarcity`` for jobs that name no GPU type (the tier of the
+  machine's GPU: keeps scarce high-end GPUs for jobs that require them) + the best-fit tie-break. For a
+  job of a class the speed model knows, w_network x ``type-cost`` (the measured seconds lost per hour on
+  the machine's type, ``placement.online.type_cost``) weighs the type instead of the tier, for every
+  instance. The tier sent pods that could go anywhere to the low-tier types restricted pods need, and the
+  load term broke the ties of a fragmentation step worse than best fit and cluster order; both now apply
+  to multi-instance jobs only.
 * ``first-fit`` - the first machine, in cluster order, that fits (``machine-order``).
 * ``pack`` - the PAI paper's reserving-and-packing: jobs of at least ``big_job_gpus`` GPUs go to the
   highest-tier machines, smaller ones to the lowest (10 x ``tier``); within a tier, the busiest
@@ -18,9 +26,12 @@ over the machines the filters pass (``placement.filters``); lower is better.
 * ``random`` - a uniformly random machine that fits (``random``, seeded by ``seed`` and the job id).
 * ``fgd`` - FGD's fragmentation gradient descent (Weng et al., ATC'23): the machine, and the GPU in it,
   where the instance adds the least expected fragmentation for the typical shapes of recent arrivals
-  (``fragmentation``). The scorer learns those shapes from the jobs it is asked about, so every policy
-  object made by :func:`online_policy` gets a scorer of its own (``LEARNING``), and after the greedy step
-  puts each share on the GPU that adds the least (:meth:`Fragmentation.choose_gpus`).
+  (``fragmentation``, in steps of 40 milli-GPUs, ties to the first machine in cluster order), + ``type-demand``
+  (in the same steps: one unit of pressure as a whole GPU of expected fragmentation).
+
+``liquid`` and ``fgd`` learn (the shapes and type restrictions of recent arrivals): every policy object made
+by :func:`online_policy` gets a fragmentation scorer of its own (``LEARNING``) and, after the greedy step,
+puts each share on the GPU of its machine that adds the least fragmentation.
 """
 
 from __future__ import annotations
@@ -32,25 +43,94 @@ from types import MappingProxyType
 from placement.model.decision import Decision
 from placement.model.demand import Job, Role
 from placement.model.snapshot import ClusterSnapshot
-from placement.online.greedy import Chooser, Fills, PlacementConfig, breakdown, never_fills, place_greedy
+from placement.online.greedy import Chooser, Fills, PlacementConfig, Step, breakdown, never_fills, place_greedy
 from placement.online.scorers import SCORERS
-from placement.online.scorers.base import Term, WeightedSum
+from placement.online.scorers.base import Costs, Term, WeightedSum
 from placement.online.scorers.fragmentation import Fragmentation
+from placement.online.scorers.type_demand import TypeDemand
 
 EPSILON = 1e-6
 """Weight of Liquid's best-fit tie-break: far below any other term's differences."""
 TIER_WEIGHT = 10.0
 """Weight of ``pack``'s tier: a tier apart outweighs any difference in load (0..1)."""
 
+
+
+def one_pod(step: Step) -> bool:
+    """Whether no network cost is at stake for the instance of ``step``: its job has one instance, or the
+    instance asks for a share of a GPU."""
+    return sum(t.instances for t in step.job.tasks) == 1 or 0 < step.job.tasks[step.task_index].gpu < 1
+
+
+class GangScarcity:
+    """Liquid's tier term (``scarcity``) for the instances :func:`one_pod` leaves out; ``None`` for the others,
+    where ``fragmentation`` and ``type-demand`` weigh the GPU types instead."""
+
+    name = "gang-scarcity"
+    unit = SCORERS["scarcity"].unit
+
+    def cost(self, step: Step) -> Costs | None:
+        return None if one_pod(step) else SCORERS["scarcity"].cost(step)
+
+
+class GangLoad:
+    """Liquid's load term (``load``) for the instances :func:`one_pod` leaves out; ``None`` for the others,
+    where the fragmentation term packs instead (best fit and cluster order break its ties)."""
+
+    name = "gang-load"
+    unit = SCORERS["load"].unit
+
+    def cost(self, step: Step) -> Costs | None:
+        return None if one_pod(step) else SCORERS["load"].cost(step)
+
+
+class OnePodFragmentation:
+    """Liquid's fragmentation term: ``fragmentation``'s cost (steps of expected fragmentation added) for an
+    instance of a one-instance job or one asking for a share of a GPU; ``None`` for the other instances, whose
+    job is still counted in the shape mix."""
+
+    name = "one-pod-fragmentation"
+    unit = Fragmentation.unit
+
+    def __init__(self, fragmentation: Fragmentation) -> None:
+        self.fragmentation = fragmentation
+
+    def cost(self, step: Step) -> Costs | None:
+        if one_pod(step):
+            return self.fragmentation.cost(step)
+        self.fragmentation.mix.observe(step.job)
+        return None
+
+
+def frag_weight(config: PlacementConfig) -> float:
+    """Liquid's w_frag: a step of added fragmentation outweighs the load and type terms together."""
+    return 2.0 * (config.w_load + config.w_scarce)
+
+
+def liquid_terms(fragmentation: Fragmentation) -> tuple[Term, ...]:
+    """Liquid's terms around its own fragmentation scorer (see the module docstring)."""
+    return (Term(SCORERS["network"], lambda c: c.w_network), Term(GangLoad(), lambda c: c.w_load),
+            Term(GangScarcity(), lambda c: c.w_scarce), Term(SCORERS["best-fit"], EPSILON),
+            Term(SCORERS["type-cost"], lambda c: c.w_network), Term(OnePodFragmentation(fragmentation), frag_weight),
+            Term(TypeDemand(fragmentation.mix), frag_weight))
+
+
+def fgd_terms(fragmentation: Fragmentation) -> tuple[Term, ...]:
+    """fgd's terms around its own fragmentation scorer (see the module docstring)."""
+    return Term(fragmentation), Term(TypeDemand(fragmentation.mix))
+
+
+LEARNING: dict[str, Callable[[Fragmentation], tuple[Term, ...]]] = {"liquid": liquid_terms, "fgd": fgd_terms}
+"""Policies whose scorers learn from the jobs they are asked about, and their terms around one fragmentation
+scorer: each policy object, and each per-machine score (:func:`fresh_chooser`), gets a fresh one;
+``POLICIES`` names the registered instance."""
 POLICIES: dict[str, tuple[Term, ...]] = {
-    "liquid": (Term(SCORERS["network"], lambda c: c.w_network), Term(SCORERS["load"], lambda c: c.w_load),
-               Term(SCORERS["scarcity"], lambda c: c.w_scarce), Term(SCORERS["best-fit"], EPSILON),
-               Term(SCORERS["type-cost"], lambda c: c.w_network)),
+    "liquid": liquid_terms(Fragmentation()),
     "first-fit": (Term(SCORERS["machine-order"]),),
     "pack": (Term(SCORERS["tier"], TIER_WEIGHT), Term(SCORERS["most-allocated"])),
     "balance": (Term(SCORERS["least-allocated"]),),
     "random": (Term(SCORERS["random"]),),
-    "fgd": (Term(SCORERS["fragmentation"]),),
+    "fgd": fgd_terms(Fragmentation()),
 }
 """Each policy's scorers and weights, added in this order."""
 CHOOSERS: dict[str, Chooser] = {name: WeightedSum(terms) for name, terms in POLICIES.items()}
@@ -66,9 +146,6 @@ def _liquid_fills(job: Job, task_index: int) -> bool:
     return not (job.has_ps and job.tasks[task_index].role is Role.PS)
 
 
-LEARNING: dict[str, Callable[[], Fragmentation]] = {"fgd": Fragmentation}
-"""Policies whose scorer learns from the jobs it is asked about: each policy object, and each per-machine
-score (:func:`fresh_chooser`), gets a fresh one; ``POLICIES`` names the registered instance."""
 FILLS: dict[str, Fills] = {"liquid": _liquid_fills, "first-fit": _always, "pack": _always}
 """Packing policies: a chosen machine takes further identical instances while it has room."""
 OnlinePolicy = Callable[[ClusterSnapshot, Job], Decision]
@@ -80,7 +157,7 @@ def fresh_chooser(name: str) -> Chooser:
     """The chooser of the policy ``name`` for one new user of it: a learning policy's with a scorer that has
     seen nothing yet (so a per-machine score, :func:`placement.online.nodes.score_nodes`, stays a pure
     function of the snapshot and the job), any other policy's registered one."""
-    return WeightedSum((Term(LEARNING[name]()),)) if name in LEARNING else CHOOSERS[name]
+    return WeightedSum(LEARNING[name](Fragmentation())) if name in LEARNING else CHOOSERS[name]
 
 
 def online_policy(name: str, config: PlacementConfig | None = None, explain: bool = True) -> OnlinePolicy:
@@ -92,7 +169,7 @@ def online_policy(name: str, config: PlacementConfig | None = None, explain: boo
         raise KeyError(f"unknown placement policy {name!r}; known: {', '.join(CHOOSERS)}")
     chooser, settings, fills = CHOOSERS[name], config or PlacementConfig(), FILLS.get(name, never_fills)
     if name in LEARNING:
-        return _learning(name, LEARNING[name](), settings, explain, fills)
+        return _learning(name, LEARNING[name], settings, explain, fills)
 
     def place(snapshot: ClusterSnapshot, job: Job) -> Decision:
         return place_greedy(snapshot, job, name, chooser, settings, explain, fills)
@@ -100,10 +177,11 @@ def online_policy(name: str, config: PlacementConfig | None = None, explain: boo
     return place
 
 
-def _learning(name: str, scorer: Fragmentation, settings: PlacementConfig, explain: bool,
-              fills: Fills) -> OnlinePolicy:
-    """The policy ``name`` with its own ``scorer``, which also chooses the GPUs of what it placed."""
-    chooser = WeightedSum((Term(scorer),))
+def _learning(name: str, terms: Callable[[Fragmentation], tuple[Term, ...]], settings: PlacementConfig,
+              explain: bool, fills: Fills) -> OnlinePolicy:
+    """The policy ``name`` with its own fragmentation scorer, which also chooses the GPUs of what it placed."""
+    scorer = Fragmentation()
+    chooser = WeightedSum(terms(scorer))
 
     def place(snapshot: ClusterSnapshot, job: Job) -> Decision:
         decision = place_greedy(snapshot, job, name, chooser, settings, explain, fills)

@@ -81,6 +81,7 @@ class ShapeMix:
         self._since = 0
         self._at_refresh = 0
         self._mix = Mix((), (), 0)
+        self._demand: dict[tuple[str, ...], int] | None = None
 
     def observe(self, job: Job) -> None:
         """Count ``job``'s instances (once per job id among the jobs in the window)."""
@@ -98,6 +99,21 @@ class ShapeMix:
                 if not self._counts[shape]:
                     del self._counts[shape]
         self._since += 1
+        self._demand = None
+
+    def restricted_demand(self) -> dict[tuple[str, ...], int]:
+        """Milli-GPUs the instances in the window that accept only some GPU types asked for, per set of types
+        (every such instance, typical or not)."""
+        demand: Counter[tuple[str, ...]] = Counter()
+        for shape, count in self._counts.items():
+            if shape.gpu_types and shape.requested_milli:
+                demand[shape.gpu_types] += count * shape.requested_milli
+        self._demand = dict(demand)
+        return self._demand
+
+    def gpu_demand(self) -> int:
+        """Milli-GPUs the instances in the window asked for."""
+        return sum(count * shape.requested_milli for shape, count in self._counts.items())
 
     def current(self) -> Mix:
         """The typical shapes, worked out again if enough jobs arrived since the last time."""

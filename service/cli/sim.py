@@ -123,13 +123,27 @@ def fill_command(
     seeds: Annotated[str, typer.Option(help="seeds of the arrival order: 42-51, 42 or 1,5,9")] = "42-51",
     out: Annotated[Path | None, typer.Option(help="folder for fill.png and fill.json")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as one JSON object on stdout")] = False,
+    derive_variant: Annotated[str | None, typer.Option(
+        "--derive", help="fill with a workload derived from the pod list: share:P (P of the GPU pods ask for a "
+                         "share of a GPU), multi:P (P take several GPUs) or types:P (P are restricted to one GPU "
+                         "type), P in [0, 1]; see placement/sim/derived_pods.py")] = None,
+    derive_seed: Annotated[int, typer.Option(help="seed of the pods --derive changes")] = 0,
 ) -> None:
     """The FGD paper's fill-to-capacity experiment: every pod in a shuffled order, then pods drawn with
     replacement, none leaving, until the requests reach --to x the cluster's GPUs; the GPU capacity left
     unallocated along the way, per policy."""
     import json
 
-    from placement import ONLINE_POLICY_NAMES, fill, load_cluster, load_openb_pods, parse_seeds, summarise_fill
+    from placement import (
+        ONLINE_POLICY_NAMES,
+        derive,
+        fill,
+        load_cluster,
+        load_openb_pods,
+        parse_seeds,
+        parse_variant,
+        summarise_fill,
+    )
     from service.cli.fill_report import fill_json, fill_table, plot_fill
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
@@ -140,8 +154,15 @@ def fill_command(
         seed_list = parse_seeds(seeds)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--seeds") from None
+    if derive_variant is not None:
+        try:
+            parse_variant(derive_variant)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--derive") from None
     jobs = load_openb_pods(pods)
     cluster = load_cluster(nodes)
+    if derive_variant is not None:
+        jobs = derive(jobs, derive_variant, cluster, derive_seed)
     shown = make_console(stderr=True) if as_json else console
     curves: dict[str, list[Any]] = {name: [] for name in names}
     with Progress(console=shown, transient=True) as progress:
@@ -153,11 +174,13 @@ def fill_command(
             curves[name].append(fill(cluster, jobs, name, seed, to, progress=tick))
             progress.advance(bar)
     summaries = [summarise_fill(curves[name], to) for name in names]
-    folder = out or home() / "simulations" / f"fill-{pods.stem}-{nodes.stem}"
+    variant = f"-{derive_variant.replace(':', '')}" if derive_variant else ""
+    folder = out or home() / "simulations" / f"fill-{pods.stem}{variant}-{nodes.stem}"
     folder.mkdir(parents=True, exist_ok=True)
     report = fill_json(summaries)
     (folder / "fill.json").write_text(json.dumps(report, indent=2) + "\n")
-    title = f"{pods.name} on {nodes.name} ({cluster.total_gpus:,} GPUs), seeds {seeds}"
+    derived = f" derived {derive_variant} (seed {derive_seed})" if derive_variant else ""
+    title = f"{pods.name}{derived} on {nodes.name} ({cluster.total_gpus:,} GPUs), seeds {seeds}"
     plot_fill(curves, to, folder / "fill.png", title)
     if as_json:
         typer.echo(json.dumps(report))

@@ -13,11 +13,13 @@ from placement.model.cluster import Cluster, Machine, build_cluster
 from placement.model.demand import Job, Role, Task
 from placement.model.feasibility import need_of, violations
 from placement.model.snapshot import Allocation, ClusterSnapshot, InstancePlacement, apply
-from placement.online.frag_measure import NO_GPU, Rows, ShapeTable, added, fragmentation, rows_of
+from placement.online.frag_measure import NO_GPU, Rows, ShapeTable, accepting, added, fragmentation, rows_of
+from placement.online.greedy import PlacementConfig
 from placement.online.policies import online_policy
 from placement.online.scorers.fragmentation import Fragmentation
 from placement.online.shape_mix import Mix, Shape, ShapeMix, typical
 from placement.online.working import WorkingState
+from tests.placement.test_scorers import steps
 
 
 def pod(job_id: str, gpu: float, cpu_cores: float = 1.0, **kw: object) -> Job:
@@ -52,20 +54,66 @@ def test_fragmentation_of_one_machine_by_shape() -> None:
     assert (fragmentation(rows, table) / table.total).tolist() == [1000.0]
 
 
-def test_a_machine_of_a_type_a_shape_refuses_is_all_fragment() -> None:
-    # one 0.5 shape that only runs on V100: on a T4 machine all 2000 free milli-GPUs count
-    mix = Mix((Shape(1000, 500, 1, ("V100",)),), (1,), 1)
-    snapshot = ClusterSnapshot.empty(cluster(2))
+def test_a_shape_restricted_to_other_types_takes_no_part_on_a_machine() -> None:
+    # a 0.5 shape that only runs on V100 (count 1) and a whole-GPU shape of any type (count 1), on a T4
+    # machine with 500 and 1000 milli-GPUs free: only the whole-GPU shape counts there, with weight 1/1:
+    # GPU1 hosts it, GPU0's 500 are its fragment -> 500. (FGD would count all 1500 free milli-GPUs for the
+    # V100 shape: (1500 + 500) / 2 = 1000.)
+    mix = Mix((Shape(1000, 500, 1, ("V100",)), Shape(1000, 1000, 1)), (1, 1), 1)
+    snapshot = used(ClusterSnapshot.empty(cluster(2)), 0, [500, 0])
+    table = ShapeTable.of(mix, snapshot.layout)
     rows = rows_of(WorkingState(snapshot), np.array([0]))
-    assert fragmentation(rows, ShapeTable.of(mix, snapshot.layout)).tolist() == [2000]
+    assert (fragmentation(rows, table) / accepting(rows, table)).tolist() == [500.0]
+    # a machine no shape accepts adds nothing, whatever is placed on it
+    only_v100 = ShapeTable.of(Mix((Shape(1000, 500, 1, ("V100",)),), (1,), 1), snapshot.layout)
+    assert added(rows, need_of(pod("x", 0.5).tasks[0]), only_v100)[0].tolist() == [0.0]
 
 
-def test_a_machine_short_of_cpu_is_all_fragment() -> None:
-    # a 0.5 shape needing 40 cores on a 32-core machine: every free milli-GPU is a fragment
-    mix = Mix((Shape(40_000, 500, 1),), (1,), 1)
-    snapshot = ClusterSnapshot.empty(cluster(1))
+class FixedMix(ShapeMix):
+    """SYNTHETIC: a shape mix that answers ``mix`` whatever it observes."""
+
+    def __init__(self, mix: Mix) -> None:
+        super().__init__()
+        self.fixed = mix
+
+    def current(self) -> Mix:
+        return self.fixed
+
+
+def test_costs_count_in_steps_and_a_step_ties_to_the_first_machine() -> None:
+    # mix: 99 CPU-only pods, one 0.3 share. A 0.2 share arrives.
+    #   m0, GPUs [1000, 1000] free: the CPU shape loses 200 (x 99), the 0.3 share still fits -> -198 milli
+    #   m1, GPU [200] free (800 used): the CPU shape loses 200 (x 99), the 0.3 share no longer has the 200 it
+    #       could not use -> -200 milli
+    # exact costs pick m1; in steps of 40 both are -5 (-4.95 and -5.0 rounded down), so m0, first, wins
+    mix = Mix((Shape(1000, 0, 0), Shape(1000, 300, 1)), (99, 1), 1)
+    snapshot = used(ClusterSnapshot.empty(cluster(2, 1)), 1, [800])
+    job = pod("small", 0.2)
+    step = steps(snapshot, job, PlacementConfig(), 0)
+    stepped = Fragmentation(FixedMix(mix)).cost(step)
+    exact = Fragmentation(FixedMix(mix), step_milli=1e-6).cost(step)
+    assert stepped is not None and exact is not None
+    assert stepped.tolist() == [-5.0, -5.0] and int(np.argmin(stepped)) == 0
+    assert exact.tolist() == [-198e6, -200e6] and int(np.argmin(exact)) == 1
+    with pytest.raises(ValueError, match="positive"):
+        Fragmentation(step_milli=0)
+
+
+def test_the_gpu_inside_a_machine_is_the_fullest_within_the_least_step() -> None:
+    # one machine, GPUs free [1000, 330]; mix: CPU-only pods (count 19), a 0.3 share (count 1). A 0.1 share:
+    #   on GPU0 (1000 -> 900): the CPU shape loses 100 (x 19), the share still fits anywhere -> -1900 / 20 = -95
+    #   on GPU1 (330 -> 230): the CPU shape loses 100 (x 19), GPU1's 230 no longer takes the share
+    #       -> (-1900 + 230) / 20 = -83.5
+    # exact: GPU0; in steps of 40 both are -3 (-2.375, -2.09 rounded down), so the fuller GPU1
+    mix = Mix((Shape(1000, 0, 0), Shape(1000, 300, 1)), (19, 1), 1)
+    snapshot = used(ClusterSnapshot.empty(cluster(2)), 0, [0, 670])
+    table = ShapeTable.of(mix, snapshot.layout)
     rows = rows_of(WorkingState(snapshot), np.array([0]))
-    assert fragmentation(rows, ShapeTable.of(mix, snapshot.layout)).tolist() == [1000]
+    need = need_of(pod("x", 0.1).tasks[0])
+    assert added(rows, need, table)[1].tolist() == [0]
+    assert added(rows, need, table)[0].tolist() == [-95.0]
+    cost, gpu = added(rows, need, table, 40.0)
+    assert gpu.tolist() == [1] and cost.tolist() == [-83.5]
 
 
 def test_added_picks_the_gpu_that_keeps_a_typical_share_usable() -> None:
@@ -169,3 +217,17 @@ def test_fgd_places_type_constrained_pods_only_on_their_types(types: frozenset[s
     decision = online_policy("fgd")(snapshot, pod("typed", 0.5, gpu_types=types))
     assert decision.allocation is not None
     assert decision.allocation.instances[0].machine == (1 if types else 0)
+
+
+@pytest.mark.parametrize("policy", ["fgd", "liquid"])
+def test_a_cpu_only_pod_keeps_off_gpu_machines_where_it_adds_no_fragmentation(policy: str) -> None:
+    # a T4 machine first in cluster order, then a CPU-only one; a CPU pod adds no fragmentation on either
+    # (the mix is CPU pods and shares with CPU to spare), so the half step a GPU machine costs decides
+    machines = [Machine("t0", "T4", 2, 32, 128), Machine("c0", "CPU", 0, 32, 128)]
+    snapshot = ClusterSnapshot.empty(build_cluster("synthetic", machines))
+    decide = online_policy(policy)
+    for i in range(5):
+        decide(snapshot, pod(f"share{i}", 0.5))
+    decision = decide(snapshot, pod("cpu", 0, cpu_cores=2))
+    assert decision.allocation is not None and decision.allocation.instances[0].machine == 1
+    assert online_policy("first-fit")(snapshot, pod("cpu", 0, cpu_cores=2)).allocation.instances[0].machine == 0  # type: ignore[union-attr]

@@ -15,9 +15,19 @@ from placement.model.feasibility import need_of
 from placement.model.network import NetworkTally
 from placement.model.snapshot import ClusterSnapshot
 from placement.online.greedy import PlacementConfig, Step, instance_order
-from placement.online.policies import CHOOSERS, EPSILON, POLICIES, TIER_WEIGHT, online_policy
+from placement.online.policies import (
+    CHOOSERS,
+    EPSILON,
+    POLICIES,
+    TIER_WEIGHT,
+    OnePodFragmentation,
+    liquid_terms,
+    online_policy,
+)
 from placement.online.scorers import scorer_named
-from placement.online.scorers.base import score
+from placement.online.scorers.base import WeightedSum, score
+from placement.online.scorers.fragmentation import Fragmentation
+from placement.online.scorers.type_demand import TypeDemand
 from placement.online.working import WorkingState
 from tests.placement.test_filters import busy, worker
 from tests.placement.test_properties import clusters, jobs
@@ -93,17 +103,29 @@ def test_bounded(costs: list[float], ok: list[bool], among: list[int] | None, ex
 
 def test_the_policies_are_the_sums_their_docstring_writes() -> None:
     snapshot = busy()
+    learning, mirror = Fragmentation(), Fragmentation()  # liquid's learned terms, and a twin fed the same jobs
+    chooser = WeightedSum(liquid_terms(learning))
     for job in JOBS:
         for config in CONFIGS:
             step = steps(snapshot, job, config, 1)
             cost = {name: s.cost(step) for name, s in SCORERS.items()}
-            liquid = config.w_network * cost["network"] + config.w_load * cost["load"]
-            if cost["scarcity"] is not None:
+            one_pod = sum(t.instances for t in job.tasks) == 1 or 0 < job.tasks[step.task_index].gpu < 1
+            liquid = config.w_network * cost["network"]
+            if not one_pod:  # one-pod instances: fragmentation packs instead
+                liquid = liquid + config.w_load * cost["load"]
+            if cost["scarcity"] is not None and not one_pod:  # one-pod instances: type-demand instead
                 liquid = liquid + config.w_scarce * cost["scarcity"]
             liquid = liquid + EPSILON * step.candidates.free_whole
             if cost["type-cost"] is not None:
                 liquid = liquid + config.w_network * cost["type-cost"]
-            assert CHOOSERS["liquid"](step).tolist() == liquid.tolist()
+            frag = OnePodFragmentation(mirror).cost(step)
+            assert (frag is not None) == one_pod
+            if frag is not None:
+                liquid = liquid + 2.0 * (config.w_load + config.w_scarce) * frag
+            demand = TypeDemand(mirror.mix).cost(step)  # the "curve" job is restricted: it applies after it
+            if demand is not None:
+                liquid = liquid + 2.0 * (config.w_load + config.w_scarce) * demand
+            assert chooser(step).tolist() == liquid.tolist()
             pack = TIER_WEIGHT * cost["tier"] + cost["most-allocated"]
             assert CHOOSERS["pack"](step).tolist() == pack.tolist()
             assert CHOOSERS["balance"](step).tolist() == cost["least-allocated"].tolist()

@@ -71,3 +71,15 @@ def test_a_missing_pod_file_and_an_unknown_policy_are_named(tmp_path: Path) -> N
     unknown = gpuplace("simulate", "fill", "--pods", str(pods), "--nodes", str(nodes), "--policies", "tetris",
                        home=tmp_path)
     assert unknown.returncode == 2 and "tetris" in unknown.stderr and "fgd" in unknown.stderr
+
+
+def test_fill_runs_on_a_derived_workload_and_refuses_a_bad_variant(tmp_path: Path) -> None:
+    pods, nodes = write_inputs(tmp_path)
+    out = tmp_path / "derived"
+    result = gpuplace("simulate", "fill", "--pods", str(pods), "--nodes", str(nodes), "--policies", "fgd,liquid",
+                      "--seeds", "1", "--to", "1.1", "--derive", "types:0.5", "--out", str(out), home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "derived types:0.5 (seed 0)" in result.stdout.replace("\n", "") and (out / "fill.json").is_file()
+    bad = gpuplace("simulate", "fill", "--pods", str(pods), "--nodes", str(nodes), "--derive", "types:2",
+                   home=tmp_path)
+    assert bad.returncode == 2 and "KIND:SHARE" in bad.stderr.replace("\n", "")
