@@ -113,52 +113,88 @@ def rows_of(usage: MachineUsage, machines: IntArray) -> Rows:
                 layout.cpu_cap[machines] - usage.cpu[machines], layout.gpu_type[machines])
 
 
+@dataclass(frozen=True)
+class Tally:
+    """What the measure reads of each row, per level ``L`` of a :class:`ShapeTable`: ``count[:, L]``, the GPUs
+    with at least that share free; ``below[:, L]``, the free share of the others; ``total``, all free share.
+    Placing an instance changes these by what it takes from one GPU (:func:`added`), so the measure after a
+    placement is worked out without copying the machine: on a machine of thousands of GPUs, as cheaply as on
+    one of eight."""
+
+    total: IntArray
+    count: IntArray
+    below: IntArray
+    cpu_free: IntArray
+    gpu_type: IntArray
+
+    @staticmethod
+    def of(rows: Rows, table: ShapeTable) -> Tally:
+        free = rows.free
+        total = np.where(free > 0, free, 0).sum(axis=1)
+        at_least = free[:, :, None] >= table.levels[None, None, :]
+        below = total[:, None] - np.where(at_least, free[:, :, None], 0).sum(axis=1)
+        return Tally(total, at_least.sum(axis=1), below, rows.cpu_free, rows.gpu_type)
+
+    def after(self, row: IntArray, taken: IntArray, was: IntArray, now: IntArray, cpu_milli: int,
+              levels: IntArray) -> Tally:
+        """The tallies of ``row`` after, on each, ``taken`` GPUs went from ``was`` free share to ``now``
+        (none where ``taken`` is 0) and ``cpu_milli`` of its CPU was taken."""
+        was_at, now_at = was[:, None] >= levels[None, :], now[:, None] >= levels[None, :]
+        per_gpu_count = was_at.astype(np.int64) - now_at
+        # a GPU's free share leaves ``below`` at levels it reached and enters it at levels it no longer reaches
+        per_gpu_below = (was - now)[:, None] - np.where(was_at, was[:, None], 0) + np.where(now_at, now[:, None], 0)
+        return Tally(self.total[row] - taken * (was - now), self.count[row] - taken[:, None] * per_gpu_count,
+                     self.below[row] - taken[:, None] * per_gpu_below, self.cpu_free[row] - cpu_milli,
+                     self.gpu_type[row])
+
+
 def fragmentation(rows: Rows, table: ShapeTable) -> IntArray:
     """Expected milli-GPUs of each row that the mix's shapes could not use, times :func:`accepting` (the
     module docstring)."""
-    free = rows.free
-    accepts = table.accessible[rows.gpu_type]
-    total = np.where(free > 0, free, 0).sum(axis=1)
-    at_least = free[:, :, None] >= table.levels[None, None, :]
-    count = at_least.sum(axis=1)
-    below = total[:, None] - np.where(at_least, free[:, :, None], 0).sum(axis=1)
+    return measure(Tally.of(rows, table), table)
+
+
+def measure(tally: Tally, table: ShapeTable) -> IntArray:
+    """:func:`fragmentation` from each row's :class:`Tally`."""
+    accepts = table.accessible[tally.gpu_type]
     level = table.level_of
-    hosts = (table.uses_gpu[None, :] & (count[:, level] >= table.gpus[None, :])
-             & (rows.cpu_free[:, None] >= table.cpu[None, :]))
-    per_shape = np.where(accepts, np.where(hosts, below[:, level], total[:, None]), 0)
+    hosts = (table.uses_gpu[None, :] & (tally.count[:, level] >= table.gpus[None, :])
+             & (tally.cpu_free[:, None] >= table.cpu[None, :]))
+    per_shape = np.where(accepts, np.where(hosts, tally.below[:, level], tally.total[:, None]), 0)
     result: IntArray = per_shape @ table.counts
     return result
 
 
-def accepting(rows: Rows, table: ShapeTable) -> IntArray:
-    """Per row, the sum of the counts of the shapes that accept its GPU type (at least 1): what
-    :func:`fragmentation` is divided by to give milli-GPUs."""
-    result: IntArray = np.maximum(table.accessible[rows.gpu_type].astype(np.int64) @ table.counts, 1)
+def accepting(gpu_type: IntArray, table: ShapeTable) -> IntArray:
+    """Per GPU type index, the sum of the counts of the shapes that accept it (at least 1): what
+    :func:`fragmentation` is divided by, on a machine of that type, to give milli-GPUs."""
+    result: IntArray = np.maximum(table.accessible[gpu_type].astype(np.int64) @ table.counts, 1)
     return result
 
 
-def options(rows: Rows, need: Need) -> tuple[Rows, IntArray, IntArray]:
-    """Every way to place one instance of ``need`` on the rows: the state after each, its row and its GPU
-    (``NO_GPU`` for whole GPUs, taken lowest index first as the working state does, and CPU only)."""
+def options(rows: Rows, need: Need) -> tuple[IntArray, IntArray, IntArray, IntArray, IntArray]:
+    """Every way to place one instance of ``need`` on the rows, as the row, the GPU (``NO_GPU`` for whole
+    GPUs, taken lowest index first as the working state does, and CPU only), how many GPUs it takes and the
+    free share of each before and after. For a share, GPUs of one row with the same free share change the
+    measure alike: only the lowest-indexed of them is an option."""
     free, mem_free, caps = rows.free, rows.mem_free, rows.caps
     if need.gpu_milli and not need.whole_gpus:
         per_gpu = (np.full_like(caps, need.gpu_mem_mib) if need.gpu_mem_mib >= 0
                    else np.ceil(need.share_mem * caps - 1e-9).astype(np.int64))
         row, gpu = np.nonzero((free >= need.gpu_milli) & (caps > 0) & (mem_free >= per_gpu))
-        after_free, after_mem = free[row], mem_free[row]
-        after_free[np.arange(len(row)), gpu] -= need.gpu_milli
-        after_mem[np.arange(len(row)), gpu] -= per_gpu[row, gpu]
-    elif need.gpu_milli:
+        was = free[row, gpu]
+        _, first = np.unique(row * (MILLI + 1) + was, return_index=True)  # row-major: the lowest GPU first
+        row, gpu, was = row[first], gpu[first], was[first]
+        return row, gpu, np.ones(len(row), dtype=np.int64), was, was - need.gpu_milli
+    if need.gpu_milli:
         whole = (free == MILLI) & (mem_free == caps) & (caps > 0)
         row = np.flatnonzero(whole.sum(axis=1) >= need.whole_gpus)
-        taken = whole[row] & (np.cumsum(whole[row], axis=1) <= need.whole_gpus)
-        after_free, after_mem = np.where(taken, 0, free[row]), np.where(taken, 0, mem_free[row])
-        gpu = np.full(len(row), NO_GPU, dtype=np.int64)
-    else:
-        row = np.arange(len(free))
-        after_free, after_mem, gpu = free, mem_free, np.full(len(row), NO_GPU, dtype=np.int64)
-    after = Rows(after_free, after_mem, caps[row], rows.cpu_free[row] - need.cpu_milli, rows.gpu_type[row])
-    return after, row, gpu
+        taken = np.full(len(row), need.whole_gpus, dtype=np.int64)
+        none = np.zeros(len(row), dtype=np.int64)
+        return row, np.full(len(row), NO_GPU, dtype=np.int64), taken, none + MILLI, none
+    row = np.arange(len(free))
+    none = np.zeros(len(row), dtype=np.int64)
+    return row, np.full(len(row), NO_GPU, dtype=np.int64), none, none, none
 
 
 def added(rows: Rows, need: Need, table: ShapeTable, step_milli: float | None = None) -> tuple[FloatArray, IntArray]:
@@ -166,16 +202,18 @@ def added(rows: Rows, need: Need, table: ShapeTable, step_milli: float | None = 
     placed) and the GPU that gives it (``NO_GPU`` where the choice is not a GPU's); see the module docstring.
     With ``step_milli``, GPUs whose additions fall in the same step of that many milli-GPUs (rounded down)
     count as adding the same, so the fullest of them is taken."""
-    before = fragmentation(rows, table)
-    after, row, gpu = options(rows, need)
+    tally = Tally.of(rows, table)
+    before = measure(tally, table)
+    row, gpu, taken, was, now = options(rows, need)
     best = np.full(len(before), np.inf)
     best_gpu = np.full(len(before), NO_GPU, dtype=np.int64)
     if not len(row):
         return best, best_gpu
-    norm = accepting(rows, table)[row]
-    grown = fragmentation(after, table) - before[row]  # exact: integers, one denominator per row
+    norm = accepting(tally.gpu_type[row], table)
+    after = tally.after(row, taken, was, now, need.cpu_milli, table.levels)
+    grown = measure(after, table) - before[row]  # exact: integers
     key = grown if step_milli is None else np.floor(grown / norm / step_milli + 1e-9)
-    fuller = rows.free[row, np.maximum(gpu, 0)]  # prefer the fullest GPU among those that add the same
+    fuller = np.where(gpu == NO_GPU, 0, was)  # prefer the fullest GPU among those that add the same
     order = np.lexsort((gpu, fuller, key, row))
     first = order[np.r_[True, row[order][1:] != row[order][:-1]]]
     best[row[first]], best_gpu[row[first]] = grown[first] / norm[first], gpu[first]

@@ -112,7 +112,7 @@ def place_greedy(snapshot: ClusterSnapshot, job: Job, policy: str, choose: Choos
         return Decision(job.job_id, policy, Verdict.UNSCHEDULABLE_NOW, snapshot.generation)
     if failed is not None:
         task_index, candidates = failed
-        verdict = _wait_or_never(snapshot, job, choose, config, fills)
+        verdict = _wait_or_never(snapshot, job, config, fills)
         reasons = failure_reasons(snapshot, job, task_index, candidates, len(placed))
         return Decision(job.job_id, policy, verdict, snapshot.generation, reasons=reasons,
                         score=MappingProxyType({"latency_ms": (time.perf_counter() - started) * 1e3}))
@@ -160,16 +160,17 @@ def _fill(job: Job, task_index: int) -> bool:
     return True
 
 
-def _wait_or_never(snapshot: ClusterSnapshot, job: Job, choose: Chooser, config: PlacementConfig,
-                   fills: Fills) -> Verdict:
+def _wait_or_never(snapshot: ClusterSnapshot, job: Job, config: PlacementConfig, fills: Fills) -> Verdict:
     """``unschedulable-now`` if the job fits the same cluster with nothing allocated (placed there by
-    first fit, packing each machine, or else by the policy itself), else ``can-never-fit``. Remembered
-    per cluster and job shape (``Derived.fits_empty``): the answer does not depend on what is allocated."""
+    first fit, packing each machine, or else packing as the policy does), else ``can-never-fit``. Remembered
+    per cluster and job shape (``Derived.fits_empty``): the answer does not depend on what is allocated.
+    The policy's own scorers are not asked: a learning scorer would learn from the job once per cluster
+    and shape, the first time only, and the policy's later decisions would depend on what was asked before."""
     empty = empty_snapshot(snapshot.cluster)
 
     def fits_empty() -> bool:
         return (_build(empty, job, _first_machine, config, _fill)[1] is None
-                or _build(empty, job, choose, config, fills)[1] is None)
+                or _build(empty, job, _first_machine, config, fills)[1] is None)
 
     fits = empty.layout.derived.fits_empty.get(job.tasks, fits_empty)
     return Verdict.UNSCHEDULABLE_NOW if fits else Verdict.CAN_NEVER_FIT

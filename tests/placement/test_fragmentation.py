@@ -63,7 +63,7 @@ def test_a_shape_restricted_to_other_types_takes_no_part_on_a_machine() -> None:
     snapshot = used(ClusterSnapshot.empty(cluster(2)), 0, [500, 0])
     table = ShapeTable.of(mix, snapshot.layout)
     rows = rows_of(WorkingState(snapshot), np.array([0]))
-    assert (fragmentation(rows, table) / accepting(rows, table)).tolist() == [500.0]
+    assert (fragmentation(rows, table) / accepting(rows.gpu_type, table)).tolist() == [500.0]
     # a machine no shape accepts adds nothing, whatever is placed on it
     only_v100 = ShapeTable.of(Mix((Shape(1000, 500, 1, ("V100",)),), (1,), 1), snapshot.layout)
     assert added(rows, need_of(pod("x", 0.5).tasks[0]), only_v100)[0].tolist() == [0.0]
@@ -145,6 +145,51 @@ def test_added_is_inf_where_the_instance_cannot_go() -> None:
                 np.array([0]))
     table = ShapeTable.of(Mix((Shape(1000, 500, 1),), (1,), 1), cluster(1).layout)
     assert np.isinf(added(rows, need_of(pod("x", 0.5).tasks[0]), table)[0]).all()
+
+
+def _added_by_copying(rows: Rows, need_job: Job, table: ShapeTable) -> list[float]:
+    """The definition of :func:`added`, worked out the slow way: per row, every GPU (or the whole GPUs, or
+    the CPU) taken on a copy of the row, the copy measured again."""
+    need = need_of(need_job.tasks[0])
+    costs = []
+    for r in range(len(rows.free)):
+        one = Rows(rows.free[r:r + 1], rows.mem_free[r:r + 1], rows.caps[r:r + 1], rows.cpu_free[r:r + 1],
+                   rows.gpu_type[r:r + 1])
+        before = int(fragmentation(one, table)[0])
+        after_frees = []
+        if need.gpu_milli and not need.whole_gpus:
+            after_frees = [np.where(np.arange(one.free.shape[1]) == g, one.free - need.gpu_milli, one.free)
+                           for g in range(one.free.shape[1]) if one.free[0, g] >= need.gpu_milli]
+        elif need.gpu_milli:
+            whole = np.flatnonzero(one.free[0] == 1000)[:need.whole_gpus]
+            if len(whole) == need.whole_gpus:
+                after_frees = [np.where(np.isin(np.arange(one.free.shape[1]), whole), 0, one.free)]
+        else:
+            after_frees = [one.free]
+        grown = [int(fragmentation(Rows(f, one.mem_free, one.caps, one.cpu_free - need.cpu_milli, one.gpu_type),
+                                   table)[0]) - before for f in after_frees]
+        costs.append(min(grown) / int(accepting(one.gpu_type, table)[0]) if grown else np.inf)
+    return costs
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_added_equals_measuring_a_copy_of_each_machine_after_each_placement(seed: int) -> None:
+    # SYNTHETIC random machines (up to 12 GPUs, free shares in steps of 50 milli) and random mixes
+    rng = np.random.default_rng(seed)
+    n, width = 40, 12
+    counts = rng.integers(1, width + 1, n)
+    free = np.where(np.arange(width)[None, :] < counts[:, None], rng.integers(0, 21, (n, width)) * 50, NO_GPU)
+    caps = np.where(free >= 0, 16384, 0)
+    rows = Rows(free, caps.copy(), caps, rng.integers(0, 33, n) * 1000, rng.integers(0, 2, n))
+    shapes = [Shape(int(rng.integers(0, 9)) * 1000, int(rng.choice([100, 250, 500, 1000])), int(rng.integers(0, 3)))
+              for _ in range(6)]
+    shapes = [Shape(s.cpu_milli, 0 if not s.gpus else 1000 if s.gpus > 1 else s.gpu_milli, s.gpus,
+                    ("V100",) if i == 0 else ()) for i, s in enumerate(shapes)]
+    mix = Mix(tuple(shapes), tuple(int(c) for c in rng.integers(1, 10, len(shapes))), 1)
+    table = ShapeTable.of(mix, build_cluster("synthetic", [Machine("a", "T4", 1, 8, 8),
+                                                           Machine("b", "V100", 1, 8, 8)]).layout)
+    for job in (pod("s", 0.25, 2), pod("h", 0.5), pod("w", 1), pod("w3", 3, 4), pod("c", 0, 3)):
+        assert added(rows, need_of(job.tasks[0]), table)[0].tolist() == _added_by_copying(rows, job, table)
 
 
 def test_fgd_moves_the_share_to_the_gpu_best_fit_would_not_choose() -> None:
