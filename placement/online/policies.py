@@ -6,18 +6,19 @@ over the machines the filters pass (``placement.filters``); lower is better.
   or it asks for a share of a GPU): w_frag x ``fragmentation`` + w_frag x ``type-demand`` (the pressure
   that recent type-restricted instances put on the free GPUs of the machine's type, in the same steps, so
   that instances which could go anywhere keep off the types restricted ones need; it applies once some
-  recent instance was restricted) + the best-fit tie-break (``best-fit``: fewest free whole GPUs left,
-  weighted ``EPSILON``), with w_frag = 2 x (w_load + w_scarce). For the other instances, Liquid's terms:
+  recent instance was restricted), with w_frag = 2 x (w_load + w_scarce); ties go to the first machine in
+  cluster order, as in FGD. For the other instances, Liquid's terms:
   w_network x ``network`` (the network-cost increment of ``placement.model.network``; with a speed model
   in the config, the measured seconds lost to spread of ``placement.online.spread_cost`` for the jobs it
   knows) + w_load x ``load`` (workers pack onto busy machines: 1 - allocated share; parameter servers
   spread: allocated share) + w_scarce x ``scarcity`` for jobs that name no GPU type (the tier of the
-  machine's GPU: keeps scarce high-end GPUs for jobs that require them) + the best-fit tie-break. For a
+  machine's GPU: keeps scarce high-end GPUs for jobs that require them) + the best-fit tie-break
+  (``best-fit``: fewest free whole GPUs left, weighted ``EPSILON``). For a
   job of a class the speed model knows, w_network x ``type-cost`` (the measured seconds lost per hour on
   the machine's type, ``placement.online.type_cost``) weighs the type instead of the tier, for every
-  instance. The tier sent pods that could go anywhere to the low-tier types restricted pods need, and the
-  load term broke the ties of a fragmentation step worse than best fit and cluster order; both now apply
-  to multi-instance jobs only.
+  instance. For lone instances, the tier sent pods that could go anywhere to the low-tier types restricted
+  pods need, and the load term and best fit broke the ties of a fragmentation step worse than cluster
+  order (docs/placement.md has the figures); they apply to multi-instance jobs only.
 * ``first-fit`` - the first machine, in cluster order, that fits (``machine-order``).
 * ``pack`` - the PAI paper's reserving-and-packing: jobs of at least ``big_job_gpus`` GPUs go to the
   highest-tier machines, smaller ones to the lowest (10 x ``tier``); within a tier, the busiest
@@ -62,26 +63,17 @@ def one_pod(step: Step) -> bool:
     return sum(t.instances for t in step.job.tasks) == 1 or 0 < step.job.tasks[step.task_index].gpu < 1
 
 
-class GangScarcity:
-    """Liquid's tier term (``scarcity``) for the instances :func:`one_pod` leaves out; ``None`` for the others,
-    where ``fragmentation`` and ``type-demand`` weigh the GPU types instead."""
+class ForGangs:
+    """A scorer asked only for the instances :func:`one_pod` leaves out (``None`` for the others): Liquid's load,
+    tier and best-fit terms, which for a lone instance the fragmentation and type-demand terms replace (cluster
+    order breaks their ties, as in FGD)."""
 
-    name = "gang-scarcity"
-    unit = SCORERS["scarcity"].unit
-
-    def cost(self, step: Step) -> Costs | None:
-        return None if one_pod(step) else SCORERS["scarcity"].cost(step)
-
-
-class GangLoad:
-    """Liquid's load term (``load``) for the instances :func:`one_pod` leaves out; ``None`` for the others,
-    where the fragmentation term packs instead (best fit and cluster order break its ties)."""
-
-    name = "gang-load"
-    unit = SCORERS["load"].unit
+    def __init__(self, name: str) -> None:
+        self.scorer = SCORERS[name]
+        self.name, self.unit = f"gang-{name}", self.scorer.unit
 
     def cost(self, step: Step) -> Costs | None:
-        return None if one_pod(step) else SCORERS["load"].cost(step)
+        return None if one_pod(step) else self.scorer.cost(step)
 
 
 class OnePodFragmentation:
@@ -109,8 +101,8 @@ def frag_weight(config: PlacementConfig) -> float:
 
 def liquid_terms(fragmentation: Fragmentation) -> tuple[Term, ...]:
     """Liquid's terms around its own fragmentation scorer (see the module docstring)."""
-    return (Term(SCORERS["network"], lambda c: c.w_network), Term(GangLoad(), lambda c: c.w_load),
-            Term(GangScarcity(), lambda c: c.w_scarce), Term(SCORERS["best-fit"], EPSILON),
+    return (Term(SCORERS["network"], lambda c: c.w_network), Term(ForGangs("load"), lambda c: c.w_load),
+            Term(ForGangs("scarcity"), lambda c: c.w_scarce), Term(ForGangs("best-fit"), EPSILON),
             Term(SCORERS["type-cost"], lambda c: c.w_network), Term(OnePodFragmentation(fragmentation), frag_weight),
             Term(TypeDemand(fragmentation.mix), frag_weight))
 

@@ -115,7 +115,8 @@ def test_the_policies_are_the_sums_their_docstring_writes() -> None:
                 liquid = liquid + config.w_load * cost["load"]
             if cost["scarcity"] is not None and not one_pod:  # one-pod instances: type-demand instead
                 liquid = liquid + config.w_scarce * cost["scarcity"]
-            liquid = liquid + EPSILON * step.candidates.free_whole
+            if not one_pod:  # one-pod instances: cluster order breaks the ties, as in FGD
+                liquid = liquid + EPSILON * step.candidates.free_whole
             if cost["type-cost"] is not None:
                 liquid = liquid + config.w_network * cost["type-cost"]
             frag = OnePodFragmentation(mirror).cost(step)
