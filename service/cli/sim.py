@@ -9,16 +9,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import Progress
 from rich.table import Table
 
-from service.cli.console import make_console
+from service.cli.console import make_console, progress
 from service.workdir import home
 
 console = make_console()
 app = typer.Typer(help="Replay real traces: JCT, waiting, makespan, allocation, fragmentation.",
                   invoke_without_command=True)
 
+TRACES = ("pai2020-jobs", "openb2023")
 TraceOpt = Annotated[str, typer.Option(help="pai2020-jobs (later 30%, out of sample) or openb2023")]
 ClusterOpt = Annotated[str, typer.Option(help="pai, big-node, openb or openb-all")]
 GpusOpt = Annotated[int, typer.Option(min=1, help="GPUs of the big node")]
@@ -77,6 +77,8 @@ def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs
     from training.replay.compare import NETWORK_TERMS, RUNTIMES, cluster_for, compare, openb_jobs, pai_jobs
 
     runtime, sharing, network_term = how
+    if trace not in TRACES:
+        raise KeyError(f"unknown trace {trace!r}; known: {', '.join(TRACES)}")
     if runtime not in RUNTIMES:
         raise KeyError(f"unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
     if network_term not in NETWORK_TERMS:
@@ -97,13 +99,13 @@ def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs
         replay = pai_jobs(_champion_duration_model() if needs_model else None, constrain, limit, rate or None)
     replay = replay if sharing else without_sharing(replay)
     folder = out or home() / "simulations" / f"{trace}-{cluster.name}-{'rate' + str(rate) if rate else 'original'}"
-    with Progress(console=console, transient=True) as progress:
-        bar = progress.add_task("replaying", total=len(replay) * len(runs))
+    with progress(console, "replaying", total=len(replay) * len(runs)) as steps:
         done: dict[str, int] = {}
 
         def tick(run: str, arrived: int) -> None:
+            steps.update(f"replaying {run}")  # a line per run where progress is lines, not per arrival
+            steps.advance(arrived - done.get(run, 0))
             done[run] = arrived
-            progress.update(bar, completed=sum(done.values()), description=f"replaying {run}")
 
         summary = compare(cluster, replay, runs, folder, tick, window, runtime, network_term=network_term)
     console.print(summary_table(summary))
@@ -165,14 +167,11 @@ def fill_command(
         jobs = derive(jobs, derive_variant, cluster, derive_seed)
     shown = make_console(stderr=True) if as_json else console
     curves: dict[str, list[Any]] = {name: [] for name in names}
-    with Progress(console=shown, transient=True) as progress:
-        bar = progress.add_task("filling", total=len(names) * len(seed_list))
+    with progress(shown, "filling", total=len(names) * len(seed_list)) as steps:
         for name, seed in ((n, s) for n in names for s in seed_list):
-            def tick(arrived: int, run: str = f"{name}, seed {seed}") -> None:
-                progress.update(bar, description=f"{run}: {arrived:,} arrivals")
-
-            curves[name].append(fill(cluster, jobs, name, seed, to, progress=tick))
-            progress.advance(bar)
+            steps.update(f"filling: {name}, seed {seed}")
+            curves[name].append(fill(cluster, jobs, name, seed, to))
+            steps.advance()
     summaries = [summarise_fill(curves[name], to) for name in names]
     variant = f"-{derive_variant.replace(':', '')}" if derive_variant else ""
     folder = out or home() / "simulations" / f"fill-{pods.stem}{variant}-{nodes.stem}"

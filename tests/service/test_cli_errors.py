@@ -58,6 +58,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (("retrain", "--algo", "xgboost"), "--algo 'xgboost': one of lgbm, rf"),
     (("evaluate", "--source", "philly", "--target", "gpu"), "no labels for --source 'philly' --target 'gpu'"),
     (("models", "drift", "--database-url", "nosuchdb://x"), "state database: "),
+    (("simulate", "--trace", "nope"), "unknown trace 'nope'; known: pai2020-jobs, openb2023"),
 ])
 def test_bad_input_is_one_line_and_exit_2(home: Path, args: tuple[str, ...], says: str) -> None:
     assert says in one_error(gpuplace(*args, home=home))

@@ -40,6 +40,10 @@ def test_fill_json_has_the_issue_shape_and_writes_the_plot(tmp_path: Path) -> No
         assert all(0 <= v <= 100 for v in summary["unallocated_pct"]) and summary["decision_p99_ms"] >= 0
     assert json.loads((out / "fill.json").read_text()) == report
     assert (out / "fill.png").stat().st_size > 0
+    # not on a terminal: progress as plain lines on stderr, one per run and a last one when done
+    runs = [line for line in result.stderr.splitlines() if line.startswith("progress ")]
+    assert any(line.endswith("filling: first-fit, seed 2 [3/4, 75%]") for line in runs), result.stderr
+    assert runs[-1].endswith("filling: first-fit, seed 2: done [4/4, 100%]"), result.stderr
 
 
 def test_fill_prints_a_table_without_json(tmp_path: Path) -> None:
