@@ -4,7 +4,12 @@
 * a GPU share: annotation ``gpuplace.io/gpu-share`` (0 < share < 1) instead of whole GPUs, with
   ``gpuplace.io/gpu-mem-gib`` for its GPU memory (default: proportional to the share);
 * GPU types: annotation ``gpuplace.io/gpu-types``, comma-separated any-of (e.g. ``V100,V100M32``);
-* CPU cores and memory: the containers' requests, summed (Kubernetes quantities: ``500m``, ``4Gi``).
+* CPU cores and memory: the containers' requests (Kubernetes quantities: ``500m``, ``4Gi``).
+
+Each resource counts as the kubelet and kube-scheduler count it (the pod's effective request): the larger
+of the app containers' sum and each init container's own request, plus the pod's ``spec.overhead``.
+Sidecars (init containers with ``restartPolicy: Always``) keep running: each adds to the app containers'
+sum and to every init container started after it.
 
 The pod is one instance of one worker task; its job id is ``pod-<uid>`` (pod names can be reused,
 UIDs are not).
@@ -61,23 +66,59 @@ def pod_uid(pod: dict[str, Any]) -> str:
     return str(uid)
 
 
+Request = tuple[float, float, float]
+"""Whole GPUs, CPU cores, memory GiB."""
+
+
+def _request(container: Any, where: str) -> Request:
+    """What one container asks for: GPUs from its limits (or requests), CPU and memory from its requests."""
+    resources = object_at(object_at(container, where).get("resources"), f"{where}.resources")
+    limits = object_at(resources.get("limits"), f"{where}.resources.limits")
+    requests = object_at(resources.get("requests"), f"{where}.resources.requests")
+    gpu_text = limits.get(GPU_RESOURCE, requests.get(GPU_RESOURCE))
+    gpus = quantity(gpu_text, f"{where}.resources.limits.{GPU_RESOURCE}") if gpu_text is not None else 0.0
+    cpu = quantity(requests["cpu"], f"{where}.resources.requests.cpu") if "cpu" in requests else 0.0
+    mem = (quantity(requests["memory"], f"{where}.resources.requests.memory") / 2**30
+           if "memory" in requests else 0.0)
+    return gpus, cpu, mem
+
+
+def _plus(a: Request, b: Request) -> Request:
+    return a[0] + b[0], a[1] + b[1], a[2] + b[2]
+
+
+def _most(a: Request, b: Request) -> Request:
+    return max(a[0], b[0]), max(a[1], b[1]), max(a[2], b[2])
+
+
+def effective_request(spec: dict[str, Any]) -> Request:
+    """The pod's effective request (the module docstring), per resource."""
+    sidecars: Request = (0.0, 0.0, 0.0)
+    peak: Request = (0.0, 0.0, 0.0)
+    for i, container in enumerate(_list_at(spec.get("initContainers"), "Pod.spec.initContainers")):
+        where = f"Pod.spec.initContainers[{i}]"
+        asked = _request(container, where)
+        if object_at(container, where).get("restartPolicy") == "Always":
+            sidecars = _plus(sidecars, asked)
+            peak = _most(peak, sidecars)
+        else:
+            peak = _most(peak, _plus(sidecars, asked))
+    apps: Request = sidecars
+    for i, container in enumerate(_list_at(spec.get("containers"), "Pod.spec.containers")):
+        apps = _plus(apps, _request(container, f"Pod.spec.containers[{i}]"))
+    overhead = object_at(spec.get("overhead"), "Pod.spec.overhead")
+    extra: Request = (0.0, quantity(overhead["cpu"], "Pod.spec.overhead.cpu") if "cpu" in overhead else 0.0,
+                      quantity(overhead["memory"], "Pod.spec.overhead.memory") / 2**30 if "memory" in overhead else 0.0)
+    return _plus(_most(peak, apps), extra)
+
+
 def job_of_pod(pod: Any) -> Job:
     """The job of ``pod`` (a JSON object as the API server sends it); :class:`PodError` naming the field
     that cannot be read."""
     pod = object_at(pod, "Pod")
     meta = object_at(pod.get("metadata"), "Pod.metadata")
     annotations = object_at(meta.get("annotations"), "Pod.metadata.annotations")
-    containers = _list_at(object_at(pod.get("spec"), "Pod.spec").get("containers"), "Pod.spec.containers")
-    gpus = cpu = mem = 0.0
-    for i, container in enumerate(containers):
-        where = f"Pod.spec.containers[{i}].resources"
-        resources = object_at(object_at(container, f"Pod.spec.containers[{i}]").get("resources"), where)
-        limits = object_at(resources.get("limits"), f"{where}.limits")
-        requests = object_at(resources.get("requests"), f"{where}.requests")
-        gpu_text = limits.get(GPU_RESOURCE, requests.get(GPU_RESOURCE))
-        gpus += quantity(gpu_text, f"{where}.limits.{GPU_RESOURCE}") if gpu_text is not None else 0.0
-        cpu += quantity(requests["cpu"], f"{where}.requests.cpu") if "cpu" in requests else 0.0
-        mem += quantity(requests["memory"], f"{where}.requests.memory") / 2**30 if "memory" in requests else 0.0
+    gpus, cpu, mem = effective_request(object_at(pod.get("spec"), "Pod.spec"))
     share = _annotation(annotations, SHARE)
     if share is not None and not 0 < share < 1:
         raise PodError(f"metadata.annotations[{SHARE}]: {share} is not a share between 0 and 1")
