@@ -10,6 +10,7 @@ COPY service service
 COPY models models
 COPY placement placement
 COPY training training
+COPY gpuplace gpuplace
 RUN uv build --wheel --out-dir /wheels .
 
 FROM python:3.11-slim

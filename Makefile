@@ -32,7 +32,7 @@ test: setup
 check: lint types contracts
 
 lint: setup
-	$(VENV)/bin/ruff check service models placement training tests
+	$(VENV)/bin/ruff check service models placement training tests gpuplace
 
 types: setup
 	$(VENV)/bin/mypy

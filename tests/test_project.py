@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("service", "models", "placement", "training")
+PACKAGES = ("service", "models", "placement", "training", "gpuplace")
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -25,7 +25,7 @@ import pytest
 from tests.processes import stop_group
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("service", "models", "placement", "training")
+PACKAGES = ("service", "models", "placement", "training", "gpuplace")
 DEV_ONLY = ("pytest", "ruff", "mypy", "hypothesis", "schemathesis", "importlinter")
 
 

@@ -35,6 +35,8 @@ from service.workdir import home, mlflow_uri, tables_dir
 if TYPE_CHECKING:
     import pandas as pd
 
+    from service.http.responses import EstimateOut
+
 console = make_console()
 API_KEY_ENV = "GPUPLACE_API_KEYS"
 
@@ -155,18 +157,19 @@ def _service(port: int) -> Iterator[str]:
 def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path, timeout_s: float = 900.0) -> None:
     """Poll until the service is ready; generous, because a loaded machine may take minutes to import and
     load a model, and a process that exits is noticed at once anyway."""
-    import httpx
+    from gpuplace.client import ApiError, Client, ServiceUnreachable
 
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the service exited with code {process.returncode}: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2.0).status_code == 200:
+    with Client(url, timeout=2.0) as api:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"the service exited with code {process.returncode}: {log.read_text()[-2000:]}")
+            try:
+                api.ready()
                 return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
+            except (ApiError, ServiceUnreachable):
+                pass
+            time.sleep(0.3)
     raise RuntimeError(f"the service did not become ready within {timeout_s:.0f} s; the end of its log ({log}):\n"
                        f"{log.read_text()[-2000:]}")
 
@@ -213,31 +216,32 @@ class Summary:
 def replay(url: str, arrivals: list[Arrival]) -> Summary:
     """Place ``arrivals`` through ``url`` in trace time: completions (each job's real duration after it
     starts) free capacity for waiting jobs, which are tried again in arrival order."""
-    import httpx
-
+    from gpuplace.client import ApiError, Client
+    from placement import Verdict
     from service.settings import Settings
 
-    headers = {"X-API-Key": next(iter(Settings().accepted_keys()), "")}
+    key = next(iter(Settings().accepted_keys()), None)
     summary = Summary(jobs=len(arrivals))
     running: list[tuple[float, str, float]] = []  # (end time, job id, duration)
     waiting: deque[Arrival] = deque()
     counted: set[str] = set()
     started = time.monotonic()
-    with httpx.Client(base_url=url, headers=headers, timeout=60) as http, \
+    with Client(url, api_key=key, timeout=60) as api, \
             progress(console, "replaying PAI jobs through the REST API", total=len(arrivals)) as steps:
 
         def place(arrival: Arrival, now: float) -> bool:
             """Try to place; ``True`` if it needs no further try (placed, never fits, or refused)."""
-            answer = http.post("/v1/place", json=arrival.body)
-            if answer.status_code == 422:
-                summary.refused.append(f"{arrival.body['job_id']}: {answer.text[:200]}")
+            try:
+                found = api.place(arrival.body)
+            except ApiError as exc:
+                if exc.status != 422:
+                    raise
+                summary.refused.append(f"{arrival.body['job_id']}: {exc.text[:200]}")
                 return True
-            answer.raise_for_status()
-            found = answer.json()
             if arrival.body["job_id"] not in counted:
                 counted.add(arrival.body["job_id"])
-                _count_estimate(summary, arrival.body, found["estimate"])
-            if found["committed"]:
+                _count_estimate(summary, arrival.body, found.estimate)
+            if found.committed:
                 heapq.heappush(running, (now + arrival.duration_s, arrival.body["job_id"], arrival.duration_s))
                 summary.waits_s.append(now - arrival.submit_s)
                 if now > arrival.submit_s:
@@ -245,7 +249,7 @@ def replay(url: str, arrivals: list[Arrival]) -> Summary:
                 else:
                     summary.placed_at_once += 1
                 return True
-            if found["verdict"] == "can-never-fit":
+            if found.verdict == Verdict.CAN_NEVER_FIT:
                 summary.never_fit += 1
                 return True
             return False
@@ -253,7 +257,7 @@ def replay(url: str, arrivals: list[Arrival]) -> Summary:
         def complete_until(now: float) -> None:
             while running and running[0][0] <= now:
                 end, job_id, duration = heapq.heappop(running)
-                http.post(f"/v1/jobs/{job_id}/complete", json={"duration_s": duration}).raise_for_status()
+                api.complete_job(job_id, duration)
                 summary.completed += 1
                 for _ in range(len(waiting)):  # capacity freed: waiting jobs in arrival order (backfilling)
                     arrival = waiting.popleft()
@@ -272,16 +276,18 @@ def replay(url: str, arrivals: list[Arrival]) -> Summary:
     return summary
 
 
-def _count_estimate(summary: Summary, body: dict[str, Any], estimate: dict[str, Any]) -> None:
-    summary.model_versions.add(str(estimate["model_version"]))
-    for task, estimated in zip(body["tasks"], estimate["tasks"], strict=True):
+def _count_estimate(summary: Summary, body: dict[str, Any], estimate: EstimateOut) -> None:
+    summary.model_versions.add(estimate.model_version)
+    for task, estimated in zip(body["tasks"], estimate.tasks, strict=True):
+        targets = estimated.model_extra or {}
         for resource, target, requested in (("gpu", "gpu_request", task["gpu"]), ("cpu", "cpu_request",
                                                                                    task["cpu_cores"])):
             instances = task["instances"]
             summary.requested[resource] += requested * instances
-            quantiles = estimated.get(target) or {"p50": requested, "p90": requested}
-            summary.predicted_p50[resource] += min(float(quantiles["p50"]), requested) * instances
-            summary.predicted_p90[resource] += min(float(quantiles["p90"]), requested) * instances
+            quantiles = targets.get(target)
+            p50, p90 = (quantiles.p50, quantiles.p90) if quantiles is not None else (requested, requested)
+            summary.predicted_p50[resource] += min(float(p50), requested) * instances
+            summary.predicted_p90[resource] += min(float(p90), requested) * instances
 
 
 def summary_table(s: Summary, version: str) -> Table:
