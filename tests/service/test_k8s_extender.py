@@ -270,9 +270,3 @@ def test_serve_refuses_an_extender_listener_it_cannot_start(tmp_path: Path, pki:
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert "--workers 1" in out.stderr and f"GPUPLACE_EXTENDER_CLIENT_CA: no such file: {tmp_path}" in out.stderr
-
-
-def test_example_scheduler_configuration_names_these_verbs() -> None:
-    text = (Path(__file__).resolve().parents[2] / "docs" / "kube-scheduler-config.yaml").read_text()
-    for verb in ("filterVerb: filter", "prioritizeVerb: prioritize", "bindVerb: bind", "urlPrefix:"):
-        assert verb in text
