@@ -20,6 +20,12 @@ the cluster's GPU capacity (milli-GPUs) is allocated. Then:
     latencies compare like with like). Prints p50/p99 per policy and liquid p99 / first-fit p99, and,
     as latency grows with a job's instances (every instance scores every machine), the p99 of
     single-instance jobs and of latency per instance. Targets: liquid p99 <= 3 x first-fit p99, < 5 ms.
+(c) ANCHOR: for the single-instance arrivals, liquid against a numpy best fit over per-machine arrays
+    (free whole GPUs, the largest free share, free CPU, GPU type; built once from the snapshot, as a
+    scheduler keeping them current would have them): the machine that fits with the fewest free whole
+    GPUs. Each job is decided by both, one right after the other, so load on the machine meets both
+    alike, and each is timed in thread CPU time. Prints each one's p99 and their ratio. Target: liquid p99
+    <= 3 x the anchor's.
 (b) BATCH: the next 200 rows as one batch for ffd, gga and cpsat at time limits 1 s and 10 s: jobs
     and GPUs placed, network cost, machines touched, the machines lower bound and the gap to it.
     Targets: gga and cpsat place at least as many GPUs as ffd, with a lower network cost.
@@ -98,6 +104,56 @@ def online(snapshot: ClusterSnapshot, arrivals: list[Job]) -> dict[str, Any]:
     return figures
 
 
+class NumpyBestFit:
+    """The anchor of (c): best fit for one instance over per-machine arrays (the module docstring)."""
+
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
+        layout = snapshot.layout
+        free = MILLI - snapshot.gpu_milli_used
+        machine = layout.gpu_machine
+        n = len(layout.cpu_cap)
+        self.free_whole = np.bincount(machine, weights=(free == MILLI), minlength=n).astype(np.int64)
+        self.best_share = np.zeros(n, dtype=np.int64)
+        np.maximum.at(self.best_share, machine, free)
+        self.cpu_free = layout.cpu_cap - snapshot.cpu_used
+        self.gpu_type = layout.gpu_type
+        self.type_index = {t: k for k, t in enumerate(layout.gpu_types)}
+
+    def __call__(self, job: Job) -> int:
+        task = job.tasks[0]
+        need_cpu = round(task.cpu_cores * 1000)
+        ok = self.cpu_free >= need_cpu
+        if task.gpu >= 1:
+            ok &= self.free_whole >= int(task.gpu)
+        elif task.gpu > 0:
+            ok &= self.best_share >= round(task.gpu * MILLI)
+        if task.gpu_types:
+            ok &= np.isin(self.gpu_type, [self.type_index[t] for t in task.gpu_types if t in self.type_index])
+        if not ok.any():
+            return -1
+        return int(np.argmin(np.where(ok, self.free_whole, np.iinfo(np.int64).max)))
+
+
+def anchor(snapshot: ClusterSnapshot, arrivals: list[Job]) -> dict[str, Any]:
+    singles = [j for j in arrivals if j.instances == 1]
+    best_fit, liquid = NumpyBestFit(snapshot), online_policy("liquid", explain=False)
+    best_fit(singles[0])
+    liquid(snapshot, singles[0])
+    ms: dict[str, list[float]] = {"numpy_best_fit": [], "liquid": []}
+    for job in singles:  # thread CPU time: a decision descheduled by the OS does not count the wait
+        start = time.thread_time()
+        best_fit(job)
+        ms["numpy_best_fit"].append((time.thread_time() - start) * 1e3)
+        start = time.thread_time()
+        liquid(snapshot, job)
+        ms["liquid"].append((time.thread_time() - start) * 1e3)
+    figures: dict[str, Any] = {name: {"p50_ms": round(float(np.percentile(v, 50)), 4),
+                                      "p99_ms": round(float(np.percentile(v, 99)), 4)} for name, v in ms.items()}
+    figures["jobs"] = len(singles)
+    figures["liquid_p99_over_anchor_p99"] = round(figures["liquid"]["p99_ms"] / figures["numpy_best_fit"]["p99_ms"], 1)
+    return figures
+
+
 def batch(snapshot: ClusterSnapshot, jobs: list[Job], limits: list[float]) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     for limit in limits:
@@ -130,10 +186,12 @@ def measure(arrivals: int, batch_jobs: int, limits: list[float]) -> dict[str, An
     result["online"] = {"arrivals": arrivals, "committed": False, "policies": online(snapshot, arriving)}
     p99 = result["online"]["policies"]
     result["online"]["liquid_p99_over_first_fit_p99"] = round(p99["liquid"]["p99_ms"] / p99["first-fit"]["p99_ms"], 2)
+    result["anchor"] = anchor(snapshot, arriving)
     window = [job_from_row(r) for r in rows[used + arrivals:used + arrivals + batch_jobs]]
     result["batch"] = {"jobs": batch_jobs, "gpus_asked": round(sum(j.gpus for j in window), 2),
                        "limits": batch(snapshot, window, limits)}
     result["targets"] = {"online": "liquid p99 <= 3 x first-fit p99 and < 5 ms",
+                         "anchor": "liquid p99 <= 3 x a numpy best fit's p99, single-instance jobs",
                          "batch": "gga and cpsat place >= ffd's GPUs with lower network cost"}
     return result
 
@@ -149,6 +207,11 @@ def report(result: dict[str, Any]) -> None:
               f"(single-instance jobs p99 {f['p99_ms_single_instance']:.3f} ms; "
               f"per instance p99 {f['p99_ms_per_instance']:.3f} ms)")
     print(f"  liquid p99 / first-fit p99 = {on['liquid_p99_over_first_fit_p99']} (target <= 3, liquid p99 < 5 ms)")
+    a = result["anchor"]
+    print(f"ANCHOR: {a['jobs']} single-instance arrivals, each decided by both in turn: numpy best fit p50 "
+          f"{a['numpy_best_fit']['p50_ms']:.4f} ms p99 {a['numpy_best_fit']['p99_ms']:.4f} ms; liquid p50 "
+          f"{a['liquid']['p50_ms']:.4f} ms p99 {a['liquid']['p99_ms']:.4f} ms; liquid p99 / anchor p99 = "
+          f"{a['liquid_p99_over_anchor_p99']} (target <= 3)")
     b = result["batch"]
     print(f"BATCH: {b['jobs']} jobs asking {b['gpus_asked']} GPUs")
     for limit, policies in b["limits"].items():
