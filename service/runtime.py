@@ -3,68 +3,17 @@
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from placement import OnlinePolicy, PlacementConfig, SchedulingSettings, online_policy
 from service.cycle import Cycle
 from service.estimator import EstimatorHolder
+from service.metrics import Metrics
 from service.settings import Settings
 from service.store import Planner, Store
-
-
-@dataclass
-class Metrics:
-    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
-
-    def __post_init__(self) -> None:
-        r = self.registry
-        self.latency = Histogram("gpuplace_request_seconds", "request latency by route", ["method", "route", "status"],
-                                 registry=r, buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5))
-        self.decisions = Counter("gpuplace_decisions_total", "placement decisions by verdict",
-                                 ["policy", "verdict", "committed"], registry=r)
-        self.model = Gauge("gpuplace_model_info", "model version answering (1 = current)", ["version"], registry=r)
-        self.gpus = Gauge("gpuplace_gpus", "GPUs of the cluster by state", ["state"], registry=r)
-        self.running = Gauge("gpuplace_running_jobs", "jobs holding an allocation", registry=r)
-        self.generation = Gauge("gpuplace_state_generation", "state generation", registry=r)
-        self.pending = Gauge("gpuplace_pending_jobs", "jobs waiting, by queue", ["queue"], registry=r)
-
-
-class Preemptions(Collector):
-    """Jobs this process's scheduling passes preempted, by queue and reason, read at scrape time."""
-
-    def __init__(self, cycle: Cycle) -> None:
-        self.cycle = cycle
-
-    def collect(self) -> Iterator[Metric]:
-        family = CounterMetricFamily("gpuplace_preemptions", "jobs preempted by scheduling passes",
-                                     labels=["queue", "reason"])
-        for (queue, reason), count in sorted(self.cycle.preemptions.items()):
-            family.add_metric([queue, reason], count)
-        yield family
-
-
-class PredictionCache(Collector):
-    """Rows the model version answering has answered from its answer cache (``hit``) and by the model
-    (``miss``), over every target; read at scrape time, counting from when the version was loaded."""
-
-    def __init__(self, estimator: EstimatorHolder) -> None:
-        self.estimator = estimator
-
-    def collect(self) -> Iterator[Metric]:
-        family = CounterMetricFamily("gpuplace_prediction_cache_rows", "estimator rows by where the answer came from",
-                                     labels=["version", "result"])
-        if (found := self.estimator.cache_counts()) is not None:
-            version, counts = found
-            family.add_metric([version, "hit"], counts.hits)
-            family.add_metric([version, "miss"], counts.misses)
-        yield family
 
 
 @dataclass
@@ -88,8 +37,8 @@ class Runtime:
         self.cycle = Cycle(self.store, on_loop=None if self.settings.writer == "auto" else
                            self.settings.writer == "loop", decide=self.planner)
         self.keys = tuple(key.encode() for key in self.settings.accepted_keys())
-        self.metrics.registry.register(PredictionCache(self.estimator))
-        self.metrics.registry.register(Preemptions(self.cycle))
+        self.metrics.serve_state(self.store, self.planner)
+        self.cycle.preemptions = self.metrics.preemption_counts()
 
     def policy(self, name: str | None) -> tuple[str, OnlinePolicy]:
         """The online policy ``name`` (default the service's); ``KeyError`` naming the known ones."""

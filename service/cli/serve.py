@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 from typing import TYPE_CHECKING, Annotated
 
@@ -11,18 +12,23 @@ import typer
 if TYPE_CHECKING:
     from service.settings import Settings
 
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
+"""Where prometheus_client's multiprocess mode keeps the workers' files (``service.metrics``)."""
+
 
 def serve(
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port")] = 8000,
     workers: Annotated[int, typer.Option(min=1, max=64, help="worker processes (they share the database)")] = 1,
 ) -> None:
-    """Run the REST API (OpenAPI docs at /docs), and the extender's listener if GPUPLACE_EXTENDER_PORT is set."""
+    """Run the REST API (OpenAPI docs at /docs), and the extender's listener if GPUPLACE_EXTENDER_PORT is set.
+    With several workers, /metrics adds up every worker's counters (their files in a folder of the work dir)."""
     import uvicorn
 
     from service.settings import Settings
 
     settings = Settings()
+    metrics_between_workers(settings, port, workers)
     if settings.extender_port:
         from service.k8s import listener as extender_listener
         problems = extender_listener.check(settings, workers)
@@ -61,3 +67,19 @@ def serve_with_extender(host: str, port: int, settings: Settings) -> None:
 
     with asyncio.Runner(loop_factory=api.config.get_loop_factory()) as runner:
         runner.run(both())
+
+
+def metrics_between_workers(settings: Settings, port: int, workers: int) -> None:
+    """Several workers: prometheus_client's multiprocess mode, each worker writing its counters to files in
+    ``<work dir>/prometheus/port-<port>`` (emptied now: an earlier run's counts must not be added to this
+    one's), which the worker answering a scrape reads together. One process keeps them in memory: the
+    variable is taken out of its environment. Done before anything imports prometheus_client, which reads
+    the variable when first imported."""
+    if workers == 1:
+        os.environ.pop(MULTIPROC_DIR, None)
+        return
+    folder = settings.home.resolve() / "prometheus" / f"port-{port}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("*.db"):
+        stale.unlink(missing_ok=True)
+    os.environ[MULTIPROC_DIR] = str(folder)

@@ -21,7 +21,7 @@ from fastapi import APIRouter, FastAPI, HTTPException, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.telemetry import TelemetryConfig
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from placement import MILLI, InputError, load_cluster
@@ -98,12 +98,14 @@ def create_app(settings: Settings | None = None, rt: Runtime | None = None) -> F
         if not settings.accepted_keys():
             log.warning("no API keys configured: mutating endpoints are open (set GPUPLACE_API_KEYS)")
         app.state.runtime = current
+        current.metrics.publish(current.estimator)  # the model version this worker answers with
         if answering is None:  # no model loaded: what start-up loaded (the store) stays out of the passes too
             settle_heap()
         yield
         current.estimator.stop()
         current.cycle.stop()
         current.store.close()
+        current.metrics.close()
 
     # FastAPI's OpenTelemetry bridge asks the global providers on every request even when none is set up,
     # a cost every placement pays: on only when asked for
@@ -154,6 +156,8 @@ class LimitsAndMetrics:
         if rt is not None:
             path = getattr(scope.get("route"), "path", "unmatched")
             rt.metrics.latency.labels(scope["method"], path, str(status)).observe(time.perf_counter() - started)
+            if rt.metrics.multiprocess:  # this worker's part, whichever worker answers the next scrape
+                rt.metrics.publish(rt.estimator)
 
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -217,20 +221,10 @@ async def readyz(rt: RuntimeDep) -> ReadyOut | JSONResponse:
 
 @_router.get("/metrics", tags=["health"], response_class=PlainTextResponse)
 def metrics(rt: RuntimeDep) -> Response:
-    """Prometheus metrics (text format): request latency, decisions by verdict, model version, allocation."""
-    snapshot = rt.store.snapshot()
-    m = rt.metrics
-    allocated = float(snapshot.gpu_milli_used.sum()) / MILLI
-    m.gpus.labels("allocated").set(allocated)
-    m.gpus.labels("total").set(snapshot.cluster.total_gpus)
-    m.running.set(len(snapshot.allocations))
-    m.generation.set(snapshot.generation)
-    m.model.clear()
-    m.model.labels(rt.estimator.version).set(1)
-    m.pending.clear()
-    for queue, count in rt.store.pending_by_queue().items():
-        m.pending.labels(queue).set(count)
-    return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
+    """Prometheus metrics (text format): requests, decisions, capacity and allocation per GPU type, queues,
+    preemptions, the Kubernetes extender, prediction error, the processes (``docs/service.md``, "Metrics").
+    With several workers, every worker's counts added up, whichever answers."""
+    return Response(rt.metrics.scrape(rt.estimator), media_type=CONTENT_TYPE_LATEST)
 
 
 @_router.get("/v1/cluster", tags=["cluster"], responses=linked("put_cluster", body={"name": "$response.body#/name"}))

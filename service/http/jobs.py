@@ -196,9 +196,13 @@ async def release_job(job_id: JobId, rt: WriteRuntime) -> ReleasedOut:
 
 @router.post("/jobs/{job_id}/complete", responses=linked("get_job", "release_job", job_id=JOB_ID))
 async def complete_job(job_id: JobId, body: CompleteIn, rt: WriteRuntime) -> CompletedOut:
-    """The job finished: free its resources and keep its observed duration and usage for retraining."""
+    """The job finished: free its resources and keep its observed duration and usage for retraining.
+    The estimate it was placed with is compared with them (``gpuplace_prediction_*`` in ``/metrics``)."""
     usage = {str(k): v for k, v in body.usage.items()}
     if isinstance(await rt.cycle.run(End(job_id, Completion(body.duration_s, usage))), Ended):
+        done = await run_in_threadpool(rt.store.job, job_id)
+        if done is not None and done.completion is not None:
+            rt.metrics.observe_completion(done)
         return CompletedOut(job_id=job_id, state=COMPLETED, duration_s=body.duration_s)
     row = await run_in_threadpool(rt.store.job, job_id)
     if row is None:

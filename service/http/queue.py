@@ -18,7 +18,7 @@ from fastapi import APIRouter, Header, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
-from placement import JobMode, QueueConfigError, queues_from_dict, queues_to_dict, schedule
+from placement import JobMode, QueueConfigError, queues_from_dict, queues_to_dict
 from service.http.jobs import estimate_async, job_to_place
 from service.http.responses import (
     AllocationOut,
@@ -176,9 +176,7 @@ async def get_queues(rt: ReadRuntime) -> QueuesOut:
 def _queues_out(rt: Runtime) -> QueuesOut:
     snapshot, queued = rt.store.queued()
     queues = rt.planner.queues(queued.spec, snapshot.cluster)
-    held = queued.on(snapshot)
-    # the usage a cycle counts, from a plan with nobody waiting (nothing is written)
-    usage = schedule(snapshot, (), held.running, queues, time.time(), rt.planner.policy, rt.planner.settings).usage
+    usage = rt.planner.usage(snapshot, queued)
     waiting: dict[str, int] = {}
     for job in queued.pending:
         waiting[job.queue] = waiting.get(job.queue, 0) + 1

@@ -61,14 +61,31 @@ def _job_of(value: Any) -> Job:
     return job_of_pod(object_at(value, "Pod"))
 
 
+def _counted(rt: Runtime, verb: str, outcome: str) -> None:
+    """One call of ``verb`` came to ``outcome`` (``gpuplace_extender_requests_total``)."""
+    rt.metrics.extender.labels(verb, outcome).inc()
+
+
 @router.post("/filter", response_model=ExtenderFilterResult)
 def extender_filter(args: dict[str, Any], rt: ReadRuntime) -> dict[str, Any]:
+    """ok: some node passes; refused: none does; error: the pod or the nodes cannot be read."""
+    try:
+        answer, passing = _filter(args, rt)
+    except Exception:
+        _counted(rt, "filter", "error")
+        raise
+    _counted(rt, "filter", "error" if answer["Error"] else "ok" if passing else "refused")
+    return answer
+
+
+def _filter(args: dict[str, Any], rt: Runtime) -> tuple[dict[str, Any], bool]:
+    """The filter's answer, and whether some node passes."""
     names = _node_names(args)
     try:
         job = _job_of(args.get("Pod"))
     except (PodError, ValueError) as exc:
         return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
-                "Error": str(exc)}
+                "Error": str(exc)}, False
     snapshot = rt.store.snapshot()
     checked = filter_nodes(snapshot, job)
     index = snapshot.cluster.index
@@ -93,48 +110,71 @@ def extender_filter(args: dict[str, Any], rt: ReadRuntime) -> dict[str, Any]:
                  "items": [n for n in items if (n.get("metadata") or {}).get("name") in keep]}
         node_names = None
     return {"Nodes": nodes, "NodeNames": node_names, "FailedNodes": failed,
-            "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+            "FailedAndUnresolvableNodes": unresolvable, "Error": ""}, bool(passing)
 
 
 @router.post("/prioritize", response_model=list[HostPriority])
 def extender_prioritize(args: dict[str, Any], rt: ReadRuntime) -> list[dict[str, Any]]:
-    names = _node_names(args)
+    """ok: scored; error: the pod or the nodes cannot be read (every node scores 0)."""
+    try:
+        names = _node_names(args)
+    except HTTPException:
+        _counted(rt, "prioritize", "error")
+        raise
     try:
         job = _job_of(args.get("Pod"))
     except (PodError, ValueError):
+        _counted(rt, "prioritize", "error")
         return [{"Host": n, "Score": 0} for n in names]
-    snapshot = rt.store.snapshot()
-    index = snapshot.cluster.index
-    known = [index[n] for n in names if n in index]
-    scores = dict(zip(known, score_nodes(snapshot, job, "liquid", machines=known).tolist(), strict=True))
+    try:
+        snapshot = rt.store.snapshot()
+        index = snapshot.cluster.index
+        known = [index[n] for n in names if n in index]
+        scores = dict(zip(known, score_nodes(snapshot, job, "liquid", machines=known).tolist(), strict=True))
+    except Exception:
+        _counted(rt, "prioritize", "error")
+        raise
+    _counted(rt, "prioritize", "ok")
     return [{"Host": name, "Score": round(10 * scores[index[name]]) if name in index else 0} for name in names]
 
 
 @router.post("/bind", response_model=ExtenderBindingResult)
 async def extender_bind(args: dict[str, Any], rt: WriteRuntime) -> dict[str, str]:
+    """ok: reserved and bound; refused: the reservation does not fit the node (or the pod is bound
+    already); error: the pod cannot be read or the Kubernetes API fails."""
+    try:
+        outcome, answer = await _bind(args, rt)
+    except Exception:
+        _counted(rt, "bind", "error")
+        raise
+    _counted(rt, "bind", outcome)
+    return answer
+
+
+async def _bind(args: dict[str, Any], rt: Runtime) -> tuple[str, dict[str, str]]:
     uid, node = str(args.get("PodUID", "")), str(args.get("Node", ""))
     name, namespace = str(args.get("PodName", "")), str(args.get("PodNamespace", "default"))
     if not rt.settings.kube_api:
-        return {"Error": "binding needs the Kubernetes API: set GPUPLACE_KUBE_API (and its token file)"}
+        return "error", {"Error": "binding needs the Kubernetes API: set GPUPLACE_KUBE_API (and its token file)"}
     try:
         job = job_of_pod(await run_in_threadpool(_held_pod, rt, namespace, name, uid))
     except (httpx.HTTPError, PodError) as exc:
-        return {"Error": f"reading pod {namespace}/{name} from the Kubernetes API failed: {exc}"}
+        return "error", {"Error": f"reading pod {namespace}/{name} from the Kubernetes API failed: {exc}"}
     match await rt.cycle.run(Place(job, OnNode(node), {"node": node})):
         case Placed():
             pass
         case Refused(reason=Reason.EXISTS):
-            return {"Error": f"pod {job.job_id} is already bound"}
+            return "refused", {"Error": f"pod {job.job_id} is already bound"}
         case Refused(detail=detail):
-            return {"Error": detail}
+            return "refused", {"Error": detail}
         case other:
             raise AssertionError(f"a bind came to {other!r}")
     try:
         await run_in_threadpool(_post_binding, rt, namespace, name, uid, node)
     except httpx.HTTPError as exc:
         await rt.cycle.run(End(job.job_id))
-        return {"Error": f"creating the Binding of {namespace}/{name} on {node} failed: {exc}"}
-    return {"Error": ""}
+        return "error", {"Error": f"creating the Binding of {namespace}/{name} on {node} failed: {exc}"}
+    return "ok", {"Error": ""}
 
 
 @dataclass(frozen=True)

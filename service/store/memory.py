@@ -51,9 +51,11 @@ class MemoryStore:
             row = self._jobs.get(job_id)
             return None if row is None else self._row(row)
 
-    def completions(self) -> list[JobRow]:
+    def completions(self, newest: int | None = None) -> list[JobRow]:
         with self._lock:
             done = sorted(self._completions.values(), key=lambda c: float(c["completed_at"]))
+            if newest is not None:
+                done = done[max(len(done) - newest, 0):]
             return [self._row(self._jobs[c["job_id"]]) for c in done]
 
     def queued(self) -> tuple[ClusterSnapshot, QueueState]:

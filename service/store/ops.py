@@ -239,8 +239,9 @@ class Store(Protocol):
 
     def job(self, job_id: str) -> JobRow | None: ...
 
-    def completions(self) -> list[JobRow]:
-        """Every completed job with its observed duration and usage, oldest completion first."""
+    def completions(self, newest: int | None = None) -> list[JobRow]:
+        """Every completed job with its observed duration and usage, oldest completion first; with
+        ``newest``, only the ``newest`` most recently ended of them."""
         ...
 
     def queued(self) -> tuple[ClusterSnapshot, QueueState]:

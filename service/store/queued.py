@@ -10,7 +10,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from types import MappingProxyType
@@ -112,6 +112,13 @@ class Planner:
             queues = QueueSet(MappingProxyType({}))
         self._checked = (spec, cluster, queues)
         return queues
+
+    def usage(self, snapshot: ClusterSnapshot, state: QueueState) -> Mapping[str, Mapping[str, float]]:
+        """Each queue's quota usage (its guaranteed running jobs) by resource key, as a pass counts it: from
+        a plan with nobody waiting (nothing is written)."""
+        queues = self.queues(state.spec, snapshot.cluster)
+        return schedule(snapshot, (), state.on(snapshot).running, queues, self.clock(), self.policy,
+                        self.settings).usage
 
     def __call__(self, snapshot: ClusterSnapshot, state: QueueState) -> Plan:
         state = state.on(snapshot)

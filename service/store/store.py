@@ -39,6 +39,7 @@ from service.store.codec import EventRow, JobRow, Json, allocation_of, job_row
 from service.store.ops import Cancel, Moved, Op, Place, Schedule, Submit, Written
 from service.store.queued import QueueState
 from service.store.schema import (
+    COMPLETED,
     PENDING,
     RUNNING,
     cluster_spec,
@@ -253,11 +254,18 @@ class SqlStore:
             row = conn.execute(_WITH_COMPLETION.where(jobs.c.job_id == job_id)).first()
         return None if row is None else job_row(row)
 
-    def completions(self) -> list[JobRow]:
-        """Every completed job with its observed duration and usage (for retraining), oldest first."""
-        query = _WITH_COMPLETION.where(completions.c.job_id.is_not(None)).order_by(completions.c.completed_at)
+    def completions(self, newest: int | None = None) -> list[JobRow]:
+        """Every completed job with its observed duration and usage (for retraining), oldest first; with
+        ``newest``, the ``newest`` most recently ended (read backwards along the index on the generation
+        jobs ended at, not by sorting every completion)."""
+        if newest is None:
+            query = _WITH_COMPLETION.where(completions.c.job_id.is_not(None)).order_by(completions.c.completed_at)
+            with self.engine.connect() as conn:
+                return [job_row(r) for r in conn.execute(query).all()]
+        query = _WITH_COMPLETION.where(jobs.c.state == COMPLETED, completions.c.job_id.is_not(None)) \
+            .order_by(jobs.c.ended_generation.desc(), completions.c.completed_at.desc()).limit(newest)
         with self.engine.connect() as conn:
-            return [job_row(r) for r in conn.execute(query).all()]
+            return [job_row(r) for r in reversed(conn.execute(query).all())]
 
     @contextmanager
     def _reading(self) -> Iterator[Any]:

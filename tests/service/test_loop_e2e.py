@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from models.registry import CHALLENGER, CHAMPION, ModelRegistry, default_uri
 from tests.service.conftest import API_KEY, REPO, Askers, Server, cache_rows, server_env
@@ -38,13 +39,24 @@ def test_complete_retrain_promote_hot_reload(tmp_path: Path) -> None:
     env = server_env(tmp_path, database, GPUPLACE_MODEL_POLL_S="1")
     server = Server(env).start()
     try:
+        covered = 0
         for i in range(60):
             placed = httpx.post(f"{server.url}/v1/place", json=job(i), headers=KEY).json()
             assert placed["committed"] and placed["estimate"]["model_version"] == weak.version
             done = httpx.post(f"{server.url}/v1/jobs/loop-{i}/complete", headers=KEY,
                               json={"duration_s": 600.0 * (1 + i % 5), "usage": {"gpu": 0.3, "cpu_cores": 2.0}})
             assert done.status_code == 200, done.text
-        hits, misses = cache_rows(httpx.get(f"{server.url}/metrics").text, weak.version)
+            covered += 600.0 * (1 + i % 5) <= placed["estimate"]["duration_s"]["p90"]
+        metrics = httpx.get(f"{server.url}/metrics").text
+        duration = (("target", "duration"),)
+        error = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(metrics)
+                 for s in f.samples if s.name.startswith("gpuplace_prediction_")}
+        assert error.get(("gpuplace_prediction_p90_checks_total", (("covered", "true"), *duration)), 0) == covered
+        assert error.get(("gpuplace_prediction_p90_checks_total", (("covered", "false"), *duration)), 0) == 60 - covered
+        assert error[("gpuplace_prediction_log_error_count", duration)] == 60
+        assert error[("gpuplace_prediction_p90_coverage", duration)] == pytest.approx(covered / 60)
+        assert error[("gpuplace_prediction_p90_coverage_jobs", duration)] == 60
+        hits, misses = cache_rows(metrics, weak.version)
         rows_per_job = (hits + misses) // 60  # one per target
         distinct = len({json.dumps({**job(i), "job_id": ""}) for i in range(60)})
         assert rows_per_job >= 1 and hits + misses == 60 * rows_per_job

@@ -15,6 +15,7 @@ coverage falls more than ``coverage_drop`` below the training coverage.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,8 @@ class Pair:
     point: float
     p90: float
     observed: float
+    p50: float = math.nan
+    """The estimate's median (NaN where the stored estimate has none)."""
 
 
 def pairs(completed: Sequence[Mapping[str, Any]]) -> list[Pair]:
@@ -51,15 +54,21 @@ def pairs(completed: Sequence[Mapping[str, Any]]) -> list[Pair]:
         duration = estimate.get("duration_s")
         if duration:
             found.append(Pair("duration", version, float(duration["point"]), float(duration["p90"]),
-                              float(completion["duration_s"])))
+                              float(completion["duration_s"]), _p50(duration)))
         tasks = estimate.get("tasks", [])
         if len(tasks) != 1:
             continue
         for target, key in USAGE_OF_TARGET.items():
-            if target in tasks[0] and key in completion["usage"]:
-                found.append(Pair(target, version, float(tasks[0][target]["point"]), float(tasks[0][target]["p90"]),
-                                  float(completion["usage"][key])))
+            if tasks[0].get(target) and key in completion["usage"]:
+                quantiles = tasks[0][target]
+                found.append(Pair(target, version, float(quantiles["point"]), float(quantiles["p90"]),
+                                  float(completion["usage"][key]), _p50(quantiles)))
     return found
+
+
+def _p50(quantiles: Mapping[str, Any]) -> float:
+    value = quantiles.get("p50")
+    return math.nan if value is None else float(value)
 
 
 def drift_report(found: Sequence[Pair], trained: Callable[[str], Mapping[str, float]],
