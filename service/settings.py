@@ -38,6 +38,10 @@ class Settings(BaseSettings):
     api_keys: str = Field("", description="comma-separated API keys for mutating endpoints; empty = no auth")
     protect_reads: bool = Field(False, description="require an API key for read endpoints too")
     max_body_bytes: int = Field(1_000_000, ge=1024)
+    extender_max_body_bytes: int = Field(
+        128 * 2**20, ge=1024, description="larger request bodies get 413 on the extender's paths (/k8s/extender/), "
+                                          "on either listener: a NodeList of 5,000 nodes of 20 KB each "
+                                          "(nodeCacheCapable: false) fits the default")
     otel: bool = Field(False, description="FastAPI's OpenTelemetry spans, metrics and logs (for an OTel SDK the "
                                           "deployment configures); off by default: /metrics serves Prometheus")
     extender_port: int = Field(0, ge=0, le=65535, description="a second listener, for kube-scheduler's extender "
@@ -45,10 +49,19 @@ class Settings(BaseSettings):
     extender_tls_cert: str = Field("", description="that listener's certificate (PEM)")
     extender_tls_key: str = Field("", description="that listener's private key (PEM)")
     extender_client_ca: str = Field("", description="CA (PEM) whose client certificates that listener accepts")
-    kube_api: str = Field("", description="Kubernetes API server URL for the extender's bind "
-                                          "(in a cluster: https://kubernetes.default.svc)")
+    kube_api: str = Field("", description="Kubernetes API server URL for the extender's bind and for following "
+                                          "the cluster (in a cluster: https://kubernetes.default.svc)")
+    gang_wait_s: float = Field(60.0, gt=0, le=3600, description=(
+        "how long a gang's reservation waits for all its members' binds (at most; a PodGroup's "
+        "scheduleTimeoutSeconds may shorten it); kube-scheduler's extender httpTimeout must be longer"))
     kube_token_file: str = "/var/run/secrets/kubernetes.io/serviceaccount/token"
     kube_ca_file: str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+    kube_follow: bool = Field(False, description="follow the Kubernetes cluster: its nodes as the cluster, its pods' "
+                                                 "reservations released when they end, pods bound by other "
+                                                 "schedulers counted (GPUPLACE_KUBE_API, else in-cluster or "
+                                                 "kubeconfig)")
+    kube_gpu_type_label: str = Field("nvidia.com/gpu.product", description="the node label whose value is a "
+                                                                           "followed node's GPU type")
 
     def resolved_database_url(self) -> str:
         if self.database_url:

@@ -4,6 +4,7 @@ for the names the scheduler calls)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -83,6 +84,18 @@ def test_the_scheduler_calls_the_extender_listener_through_the_service() -> None
     for verb in ("filterVerb", "prioritizeVerb", "bindVerb"):
         assert PREFIX + extender[verb] in routes, extender[verb]
     assert extender["nodeCacheCapable"] is True  # node names only: a NodeList of 1,000 nodes is megabytes
+
+
+def test_the_scheduler_sends_every_pod_the_extender_places_and_waits_for_a_gang() -> None:
+    from service.k8s.pod import GPU_RESOURCE, SHARE_RESOURCE
+
+    extender = scheduler_config()["extenders"][0]
+    managed = {r["name"] for r in extender["managedResources"]}
+    assert managed == {GPU_RESOURCE, SHARE_RESOURCE}  # a pod asking neither never reaches the extender
+    # a gang member's bind is held up to the gang's wait: kube-scheduler must wait longer for the answer
+    wait_s = float(one("ConfigMap", "gpuplace")["data"].get("GPUPLACE_GANG_WAIT_S", Settings().gang_wait_s))
+    seconds = re.fullmatch(r"(\d+)s", extender["httpTimeout"])
+    assert seconds is not None and int(seconds[1]) > wait_s
 
 
 def test_the_certificates_cover_what_each_side_checks() -> None:

@@ -28,6 +28,9 @@ def serve(
     from service.settings import Settings
 
     settings = Settings()
+    if settings.kube_follow and workers > 1:
+        typer.echo("error: GPUPLACE_KUBE_FOLLOW runs in one process: use --workers 1", err=True)
+        raise typer.Exit(2)
     metrics_between_workers(settings, port, workers)
     if settings.extender_port:
         from service.k8s import listener as extender_listener

@@ -4,7 +4,8 @@ Routes: ``/v1/predict``, ``/v1/place``, ``/v1/jobs/...`` (``service.http.jobs``)
 ``POST``/``GET /v1/jobs``, ``DELETE /v1/jobs/{id}``, its events and ``/v1/queues``
 (``service.http.queue``); ``/v1/cluster``,
 ``/v1/models``, ``/healthz``, ``/readyz``, ``/metrics`` (here). Bad input is a 422 naming the field;
-a request body above ``max_body_bytes`` a 413; domain conflicts a 409; never a 500 for bad input.
+a request body above ``max_body_bytes`` (``extender_max_body_bytes`` on the extender's paths, whose
+NodeLists are large) a 413; domain conflicts a 409; never a 500 for bad input.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TypeVar
 
 import numpy as np
 import sqlalchemy as sa
-from fastapi import APIRouter, FastAPI, HTTPException, Response
+from fastapi import APIRouter, FastAPI, HTTPException, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.telemetry import TelemetryConfig
@@ -43,6 +44,8 @@ from service.http.responses import (
 )
 from service.http.schemas import ClusterIn
 from service.k8s.extender import router as k8s_router
+from service.k8s.gang import Gangs
+from service.k8s.listener import PREFIX as EXTENDER_PREFIX
 from service.openapi import linked, operation_id
 from service.problems import ANYWHERE, problems
 from service.runtime import ReadRuntime, Runtime, RuntimeDep, WriteRuntime
@@ -98,10 +101,23 @@ def create_app(settings: Settings | None = None, rt: Runtime | None = None) -> F
         if not settings.accepted_keys():
             log.warning("no API keys configured: mutating endpoints are open (set GPUPLACE_API_KEYS)")
         app.state.runtime = current
+        gangs = app.state.gangs = Gangs(current)
+        try:  # gangs placed before a restart: their members get a full wait again
+            await gangs.adopt()
+        except Exception as exc:  # the database: serve on, gangs placed again as their members come
+            log.warning("gangs not adopted", extra={"error": str(exc)})
         current.metrics.publish(current.estimator)  # the model version this worker answers with
         if answering is None:  # no model loaded: what start-up loaded (the store) stays out of the passes too
             settle_heap()
+        follower = None
+        if settings.kube_follow:
+            from service.k8s.follow import Follower
+            follower = app.state.follower = Follower(current)
+            follower.start()
         yield
+        gangs.close()
+        if follower is not None:
+            await follower.stop()
         current.estimator.stop()
         current.cycle.stop()
         current.store.close()
@@ -116,31 +132,35 @@ def create_app(settings: Settings | None = None, rt: Runtime | None = None) -> F
     app = FastAPI(title="gpuplace", version=API_VERSION, lifespan=lifespan, telemetry=telemetry,
                   description="Resource estimates and placement of deep-learning jobs on a GPU cluster.",
                   routes=[*jobs_router.routes, *queue_routes, *k8s_router.routes, *_router.routes])
-    app.add_middleware(LimitsAndMetrics, max_body=settings.max_body_bytes)
+    app.add_middleware(LimitsAndMetrics, max_body=settings.max_body_bytes,
+                       extender_max_body=settings.extender_max_body_bytes)
     errors.install(app)
     return app
 
 
 class LimitsAndMetrics:
-    """Pure ASGI middleware: 413 for a body larger than ``max_body`` (declared by Content-Length, or counted
-    as a chunked body arrives); request latency by route."""
+    """Pure ASGI middleware: 413 for a body larger than ``max_body`` (``extender_max_body`` on the extender's
+    paths: kube-scheduler sends whole NodeLists unless node-cache capable), declared by Content-Length, or
+    counted as a chunked body arrives; request latency by route."""
 
-    def __init__(self, app: ASGIApp, max_body: int) -> None:
+    def __init__(self, app: ASGIApp, max_body: int, extender_max_body: int | None = None) -> None:
         self.app, self.max_body = app, max_body
+        self.extender_max_body = max_body if extender_max_body is None else extender_max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
+        limit = self.extender_max_body if scope["path"].startswith(EXTENDER_PREFIX) else self.max_body
         length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_body):
-            await self._too_large(scope, receive, send)
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            await self._too_large(scope, receive, send, limit)
             return
         if length is None and scope["method"] in ("POST", "PUT", "PATCH"):  # chunked: count as it arrives
-            body = await self._read_at_most(receive)
+            body = await self._read_at_most(receive, limit)
             if body is None:
-                await self._too_large(scope, receive, send)
+                await self._too_large(scope, receive, send, limit)
                 return
             receive = _replaying(body, receive)
         status = 500
@@ -160,12 +180,12 @@ class LimitsAndMetrics:
                 rt.metrics.publish(rt.estimator)
 
 
-    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
-        reply = JSONResponse({"detail": f"request body too large: limit {self.max_body} bytes"}, status_code=413)
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        reply = JSONResponse({"detail": f"request body too large: limit {limit} bytes"}, status_code=413)
         await reply(scope, receive, send)
 
-    async def _read_at_most(self, receive: Receive) -> bytes | None:
-        """The whole body, or ``None`` as soon as it passes ``max_body`` bytes."""
+    async def _read_at_most(self, receive: Receive, limit: int) -> bytes | None:
+        """The whole body, or ``None`` as soon as it passes ``limit`` bytes."""
         chunks: list[bytes] = []
         size, more = 0, True
         while more:
@@ -174,7 +194,7 @@ class LimitsAndMetrics:
                 break
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_body:
+            if size > limit:
                 return None
             chunks.append(chunk)
             more = bool(message.get("more_body", False))
@@ -206,17 +226,20 @@ async def healthz() -> HealthOut:
 
 @_router.get("/readyz", tags=["health"], response_model=ReadyOut,
              responses={503: {"model": NotReadyOut, "description": "the database does not answer"}})
-async def readyz(rt: RuntimeDep) -> ReadyOut | JSONResponse:
-    """Ready when the database answers; ``degraded`` when no registered model answers (heuristic) or
-    the last reload failed (the last good model keeps answering)."""
+async def readyz(rt: RuntimeDep, request: Request) -> ReadyOut | JSONResponse:
+    """Ready when the database answers; ``degraded`` when no registered model answers (heuristic), the
+    last reload failed (the last good model keeps answering), or the Kubernetes cluster is followed and
+    its watch is not running (``kubernetes`` says why)."""
     try:
         generation = await run_in_threadpool(rt.store.generation)
     except Exception as exc:  # the database is down: not ready
         return JSONResponse(NotReadyOut(status="unavailable", database=f"error: {exc}").model_dump(),
                             status_code=503)
-    return ReadyOut(status="degraded" if rt.estimator.degraded else "ready", database="ok", generation=generation,
-                    model_version=rt.estimator.version, model_error=rt.estimator.last_error,
-                    auth="on" if rt.keys else "off")
+    follower = getattr(request.app.state, "follower", None)
+    behind = follower is not None and not follower.following
+    return ReadyOut(status="degraded" if rt.estimator.degraded or behind else "ready", database="ok",
+                    generation=generation, model_version=rt.estimator.version, model_error=rt.estimator.last_error,
+                    auth="on" if rt.keys else "off", kubernetes=None if follower is None else follower.state)
 
 
 @_router.get("/metrics", tags=["health"], response_class=PlainTextResponse)

@@ -239,12 +239,16 @@ class HealthOut(_Answer):
 
 class ReadyOut(_Answer):
     status: Literal["ready", "degraded"] = Field(description="degraded: no registered model answers (the "
-                                                             "heuristic does) or the last reload failed")
+                                                             "heuristic does), the last reload failed, or the "
+                                                             "Kubernetes cluster is followed and not watched now")
     database: Literal["ok"]
     generation: int
     model_version: str
     model_error: str | None
     auth: Literal["on", "off"]
+    kubernetes: str | None = Field(None, description="following the Kubernetes cluster (GPUPLACE_KUBE_FOLLOW): "
+                                                     "starting, listing, following N nodes, M pods, or retrying "
+                                                     "in S s: why; null when not following")
 
 
 class NotReadyOut(_Answer):

@@ -160,6 +160,10 @@ def test_a_chunked_body_is_read_and_checked_like_any_other(client: httpx.Client)
     {"Pod": {"metadata": "x"}, "NodeNames": ["a"]}, {"Pod": {"spec": {"containers": [5]}}, "NodeNames": ["a"]},
     {"Pod": {"spec": {"containers": [{"resources": []}]}}, "NodeNames": ["a"]},
     {"Pod": {"metadata": {"annotations": ["x"]}}, "NodeNames": ["a"]},
+    {"Pod": {"metadata": {"labels": {"scheduling.x-k8s.io/pod-group": 5}}}, "NodeNames": ["a"]},
+    {"Pod": {"spec": {"containers": [{"resources": {"limits": {"aliyun.com/gpu-mem": "1.5"}}}]}}, "NodeNames": ["a"]},
+    {"Pod": {"spec": {"containers": [{"resources": {"limits": {"aliyun.com/gpu-mem": "8", "nvidia.com/gpu": "1"}}}]}},
+     "NodeNames": ["a"]},
 ])
 def test_the_extender_filter_says_what_it_cannot_read_in_a_pod(client: httpx.Client, args: dict[str, Any]) -> None:
     reply = client.post("/k8s/extender/filter", json=args, headers={"X-API-Key": ""})
@@ -171,6 +175,14 @@ def test_the_extender_filter_says_what_it_cannot_read_in_a_pod(client: httpx.Cli
                                   {"Pod": {}, "Nodes": {"items": [5]}}, {"Pod": {}, "Nodes": 3}])
 def test_the_extender_refuses_node_lists_it_cannot_read(client: httpx.Client, args: dict[str, Any]) -> None:
     assert_refused(client.post("/k8s/extender/filter", json=args), naming="Node")
+
+
+def test_the_extender_reserves_nothing_for_a_gang_it_cannot_check(client: httpx.Client) -> None:
+    pod = {"metadata": {"name": "g-0", "namespace": "ml", "uid": "g0",
+                        "labels": {"scheduling.x-k8s.io/pod-group": "g"}},
+           "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    reply = client.post("/k8s/extender/filter", json={"Pod": pod, "NodeNames": ["a"]})
+    assert reply.status_code == 200 and "gangs need the Kubernetes API" in reply.json()["Error"], reply.text
 
 
 def test_nothing_of_the_refused_requests_was_stored(client: httpx.Client) -> None:
