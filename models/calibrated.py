@@ -52,7 +52,7 @@ class CalibratedEstimator:
                  depth_edges: Sequence[int] = DEFAULT_DEPTH_EDGES, calibration_share: float = 0.2,
                  coverage: float = 0.9, min_bucket_rows: int = 50, seed: int = 0,
                  params: dict[str, Any] | None = None, version: str = "unregistered",
-                 mean_columns: Sequence[str] = ()) -> None:
+                 mean_columns: Sequence[str] = (), dropped: Sequence[str] = ()) -> None:
         self.family = family
         self.baseline_column = baseline_column
         self.depth_column = depth_column
@@ -64,6 +64,8 @@ class CalibratedEstimator:
         self.params = params
         self.version = version
         self.mean_columns = tuple(mean_columns)
+        self.dropped = tuple(dropped)
+        """Frame columns the estimator does not read (to fit it on an earlier feature set)."""
 
     def fit(self, features: pd.DataFrame, target: FloatArray) -> Self:
         if self.family not in LEARNERS:
@@ -73,6 +75,7 @@ class CalibratedEstimator:
         if split < 10 or len(z) - split < 10:
             raise ValueError(f"need at least 10 rows on each side of the calibration split, got {len(z)} rows")
         self.fallback_ = float(np.median(z[:split]))
+        features = features.drop(columns=[c for c in self.dropped if c in features])
         self.feature_names_ = list(features.columns)
         learner: QuantileLearner = LEARNERS[self.family](seed=self.seed, params=self.params)
         self.learner_ = learner.fit(features.iloc[:split], z[:split])

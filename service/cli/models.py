@@ -29,6 +29,9 @@ def evaluate(
     seed: Annotated[int, typer.Option(help="seed of every stochastic part")] = 0,
     test_share: Annotated[float, typer.Option(min=0.05, max=0.9, help="later share of jobs held out")] = 0.3,
     every: Annotated[bool, typer.Option("--all", help="every target of every shipped source")] = False,
+    validation: Annotated[bool, typer.Option(
+        "--validation", help="leave the later jobs out and score on the later share of the earlier ones "
+        "(where model choices are made)")] = False,
 ) -> None:
     """Fit baselines and models on earlier jobs, score them on later ones; write JSON and PNG plots."""
     import json
@@ -49,7 +52,9 @@ def evaluate(
             def step(name: str, prefix: str = f"{src} {tgt}") -> None:
                 steps.update(f"{prefix}: fitting {name}")
 
-            report = run_report(src, tgt, base / f"{src}-{tgt}", seed=seed, test_share=test_share, progress=step)
+            folder = base / f"{src}-{tgt}{'-validation' if validation else ''}"
+            report = run_report(src, tgt, folder, seed=seed, test_share=test_share, progress=step,
+                                validation=validation)
             summary[f"{src}/{tgt}"] = {n: {k: e[k] for k in ("male", "p90_coverage", "mae")}
                                        for n, e in report["estimators"].items()}
             steps.advance()
@@ -61,8 +66,10 @@ def evaluate(
 
 def estimator_table(report: dict[str, Any]) -> Table:
     unit = report["unit"]
+    held = "validation jobs (the later share of the earlier jobs)" if report["split"].get("validation") \
+        else "later jobs held out"
     table = Table("estimator", f"MAE ({unit})", f"MedAE ({unit})", "MALE", "P90 coverage", "MALE by depth",
-                  title=f"{report['source']} {report['target']}: {report['split']['test_rows']:,} later jobs held out")
+                  title=f"{report['source']} {report['target']}: {report['split']['test_rows']:,} {held}")
     for name, e in report["estimators"].items():
         depth = "  ".join(f"{k}:{v['male']:.2f}" for k, v in e["by_depth"].items() if v["male"] is not None)
         coverage = "-" if e["p90_coverage"] is None else f"{e['p90_coverage']:.3f}"
@@ -74,7 +81,8 @@ def estimator_table(report: dict[str, Any]) -> Table:
 
 
 NameOpt = Annotated[str, typer.Option("--name", help="registered model name")]
-ALGOS = ("lgbm", "rf")
+ALGOS = ("lgbm", "rf", "history")
+"""``history``: the history rule with a calibrated P90 and no learner, for targets that have one."""
 REQUEST_TIMEOUT_S = 120
 """Per request to a tracking server: uploads of a trained bundle take a while."""
 REQUEST_RETRIES = 2
@@ -100,7 +108,7 @@ def registry(name: str = DEFAULT_MODEL_NAME) -> Any:
 
 def train(
     source: Annotated[list[str] | None, typer.Option(help="source(s) to learn from (default pai2020-jobs)")] = None,
-    algo: Annotated[str, typer.Option(help="model family: lgbm or rf")] = "rf",
+    algo: Annotated[str, typer.Option(help="model family: lgbm, rf or history")] = "lgbm",
     seed: Annotated[int, typer.Option(help="seed of every stochastic part")] = 0,
     test_share: Annotated[float, typer.Option(min=0.05, max=0.9, help="later share of jobs held out")] = 0.3,
     name: NameOpt = DEFAULT_MODEL_NAME,

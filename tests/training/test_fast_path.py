@@ -6,27 +6,28 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.calibrated import CalibratedEstimator
 from models.estimate import unit_of
 from training.features.encoder import JobEncoder
 from training.features.frames import online_features
 from training.features.targets import target_spec
 from training.ingest.sources import get_source
 from training.pipeline.bundle import JOB_COLUMNS, AnswerCache, EstimatorBundle, TargetModel
-from training.pipeline.evaluate import time_split
+from training.pipeline.evaluate import model, time_split
 from training.pipeline.serving import BundleEstimator
 
 
-@pytest.fixture(scope="module", params=[("pai2020-jobs", "duration"), ("dlrm2025", "bandwidth_request"),
-                                        ("philly", "duration")])
+@pytest.fixture(scope="module", params=[("pai2020-jobs", "duration", "lgbm"), ("pai2020-jobs", "duration", "history"),
+                                        ("pai2020-jobs", "duration", "lgbm-stacked"),
+                                        ("dlrm2025", "bandwidth_request", "lgbm"), ("philly", "duration", "lgbm")])
 def fitted(request: pytest.FixtureRequest) -> tuple[EstimatorBundle, pd.DataFrame]:
-    source, target = request.param
+    source, target, family = request.param
     table = get_source(source).load()
     if len(table) > 20000:
         table = table.iloc[:20000]
     spec = target_spec(source, target)
     split = time_split(table, spec)
-    estimator = CalibratedEstimator("lgbm", params={"n_estimators": 20}, mean_columns=spec.mean_columns()).fit(
+    # PAI duration: the history rule corrected by LightGBM, the rule alone, and LightGBM stacked on the median
+    estimator = model(spec, family, params={"n_estimators": 20}).fit(
         split.features.iloc[split.train], split.target[split.train])
     bundle = EstimatorBundle({target: TargetModel(spec, source, estimator, split.state)})
     jobs = table.iloc[split.test[:300]][[c for c in JOB_COLUMNS if c in table]].reset_index(drop=True)

@@ -22,6 +22,7 @@ def test_online_history_matches_the_causal_sweep() -> None:
     together = pd.concat([table, late], ignore_index=True)
     causal, _ = build_features(together, spec)
     online = online_features(late.reset_index(drop=True), spec, state)
-    hist = [c for c in online.columns if c.startswith("hist_")] + ["baseline", "depth"]
+    hist = [c for c in online.columns if c.startswith(("hist_", "rec_"))] + ["baseline", "depth"]
+    hist += ["rule", "rule_err_q90"]  # the history rule and its error scale, from the same state
     np.testing.assert_allclose(online[hist].to_numpy(dtype=float),
                                causal.iloc[len(table):][hist].to_numpy(dtype=float), equal_nan=True)

@@ -16,6 +16,7 @@ import numpy as np
 
 from training.features.frames import GPU_CODES, TargetSpec
 from training.features.history import STATS, HistoryState
+from training.features.rule import RULE, RULE_SCALE
 from training.ingest.schema import ROLES
 
 ROLE_CODES = {r: float(i) for i, r in enumerate(ROLES)}
@@ -33,8 +34,9 @@ class JobEncoder:
 
     def encode(self, records: Sequence[Record], activity: Sequence[Mapping[str, float]] | None = None) -> np.ndarray:
         matrix = np.full((len(records), len(self.names)), np.nan)
-        for row, record in enumerate(records):
-            values = self._row(record)
+        rows = [self._row(record) for record in records]
+        self._add_recent(records, rows)
+        for row, values in enumerate(rows):
             if activity is not None:
                 values.update(activity[row])
             for name, value in values.items():
@@ -42,6 +44,23 @@ class JobEncoder:
                 if index is not None:
                     matrix[row, index] = value
         return matrix
+
+    def _add_recent(self, records: Sequence[Record], rows: list[dict[str, float]]) -> None:
+        """The history rule's columns (``training.features.rule``), looked up for all records at once."""
+        recent = self.state.recent if self.spec.recent_keys else None
+        if recent is None:
+            return
+        keyed = [_with_keys(record) for record in records]
+        for name, columns in self.spec.recent_keys:
+            keys = [None if any(k.get(c) is None for c in columns) else tuple(k.get(c) for c in columns)
+                    for k in keyed]
+            for stat, values in recent.lookup(name, keys).items():
+                for row, value in zip(rows, values.tolist(), strict=True):
+                    row[f"rec_{name}_{stat}"] = value
+        for row in rows:
+            rule = next((row[f"rec_{k}_rwmed"] for k, _ in self.spec.recent_keys
+                         if not math.isnan(row[f"rec_{k}_rwmed"])), row["baseline"])
+            row[RULE], row[RULE_SCALE] = rule, recent.error_q90
 
     def _row(self, record: Record) -> dict[str, float]:
         values: dict[str, float] = {}
@@ -71,9 +90,13 @@ def _with_keys(record: Record) -> dict[str, Any]:
     gpu = keyed.get("req_gpu_type", keyed.get("assigned_gpu_type"))
     if gpu is not None:
         keyed["gpu_key"] = gpu
-    total = _number(record, "req_gpu") * float(record.get("instances", 1) or 1)
+    instances = float(record.get("instances", 1) or 1)
+    total = _number(record, "req_gpu") * instances
     if not math.isnan(total):
         keyed["size_key"] = str(round(total, 3))
+    cpus = _number(record, "req_cpu_cores") * instances
+    if not math.isnan(total) and not math.isnan(cpus):
+        keyed["shape_key"] = f"{round(total, 3)}|{round(cpus, 3)}|{instances}"
     keyed.setdefault("task_id", "0")
     return keyed
 

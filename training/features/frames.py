@@ -8,7 +8,10 @@ A feature frame has one row per canonical row, in submission order, with:
   and role as stable integer codes, hour of day and day of week on the trace's clock;
 * numeric hyperparameters (``hp_<name>``) parsed from the ``hyperparams`` JSON text;
 * ``baseline``: the first available history median along the target's baseline chain (the causal
-  SJGG-style estimate), and ``depth``: the history depth of the target's depth key.
+  SJGG-style estimate), and ``depth``: the history depth of the target's depth key;
+* where the target names recent keys: recency-weighted statistics of each key's last finished jobs
+  (``rec_*``, :mod:`training.features.recent`), the history rule built on them (``rule``) and its
+  recent error scale (``rule_err_q90``, :mod:`training.features.rule`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import pandas as pd
 from placement.model.gpu_types import KNOWN_TYPES
 from training.features.activity import activity_features
 from training.features.history import STATS, HistoryState, causal_history, key_tuples
+from training.features.recent import RECENT_STATS, recent_history
+from training.features.rule import RULE, RULE_SCALE, error_scale, first_available, history_rule
 from training.ingest.schema import ROLES
 
 GPU_CODES = {name: code for code, name in enumerate(sorted(KNOWN_TYPES))}
@@ -50,6 +55,10 @@ class TargetSpec:
     """False for labels known in full at submission (a request): censored rows keep their label."""
     request_baseline: str | None = None
     """The request column that is the user's own estimate of this target (for observed usage)."""
+    recent_keys: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Keys of the history rule, finest first, as (name, columns); none: the target has no rule."""
+    recent_window: int = 50
+    recent_halflife: float = 5.0
 
     def mean_columns(self) -> list[str]:
         """History means along the baseline chain (what an expected value falls back on)."""
@@ -65,18 +74,29 @@ def gpu_type_key(table: pd.DataFrame) -> pd.Series:
     return constraint
 
 
-def _with_keys(table: pd.DataFrame) -> pd.DataFrame:
-    total = (table["req_gpu"] * table["instances"].astype("float64")).round(3)
-    return table.assign(gpu_key=gpu_type_key(table), size_key=total.astype("string"))
+def with_keys(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with the derived key columns ``gpu_key``, ``size_key`` and ``shape_key``."""
+    instances = table["instances"].astype("float64")
+    total = (table["req_gpu"] * instances).round(3)
+    cpus = (table["req_cpu_cores"] * instances).round(3)
+    # the request shape (GPUs, CPUs, pods of the whole job), as text: NA where any part is unknown
+    shape = total.astype("string") + "|" + cpus.astype("string") + "|" + instances.astype("string")
+    return table.assign(gpu_key=gpu_type_key(table), size_key=total.astype("string"), shape_key=shape)
 
 
 def build_features(table: pd.DataFrame, spec: TargetSpec) -> tuple[pd.DataFrame, HistoryState]:
     """The causal feature frame of ``table`` (any row order) for ``spec``, index aligned with ``table``,
     and the history state after every finished job (what serving starts from)."""
-    work = _with_keys(table)
+    work = with_keys(table)
     history, state = causal_history(work, spec.column, spec.keys)
     activity = activity_features(work, {k: spec.keys[k] for k in spec.activity_keys}) if spec.activity_keys else None
-    return _assemble(work, spec, history, activity), state
+    if not spec.recent_keys:
+        return _assemble(work, spec, history, activity), state
+    recent, state.recent = recent_history(work, spec.column, dict(spec.recent_keys), spec.recent_window,
+                                          spec.recent_halflife)
+    frame = _assemble(work, spec, pd.concat([history, recent], axis=1), activity)
+    frame[RULE_SCALE], state.recent.error_q90 = error_scale(work, spec.column, frame[RULE].to_numpy())
+    return frame, state
 
 
 def online_features(jobs: pd.DataFrame, spec: TargetSpec, state: HistoryState,
@@ -86,13 +106,22 @@ def online_features(jobs: pd.DataFrame, spec: TargetSpec, state: HistoryState,
     ``activity`` holds the ``act_*`` columns of the jobs if the caller knows what is running now;
     without it they are NaN (unknown). The service passes none yet (docs/estimators.md gives the cost).
     """
-    work = _with_keys(jobs)
+    work = with_keys(jobs)
     tuples = key_tuples(work, spec.keys)
     stats = {name: np.array([state.lookup(name, kv) for kv in tuples[name]]).reshape(len(work), len(STATS))
              for name in spec.keys}
     history = pd.DataFrame({f"hist_{name}_{stat}": stats[name][:, s] for name in spec.keys
                             for s, stat in enumerate(STATS)}, index=work.index)
-    return _assemble(work, spec, history, activity)
+    recent_state = state.recent if spec.recent_keys else None
+    if recent_state is None:
+        return _assemble(work, spec, history, activity)
+    recent_tuples = key_tuples(work, dict(spec.recent_keys))
+    recent = pd.DataFrame({f"rec_{name}_{stat}": values for name, _ in spec.recent_keys
+                           for stat, values in recent_state.lookup(name, recent_tuples[name]).items()},
+                          index=work.index)
+    frame = _assemble(work, spec, pd.concat([history, recent[recent_columns(spec)]], axis=1), activity)
+    frame[RULE_SCALE] = recent_state.error_q90
+    return frame
 
 
 def _assemble(work: pd.DataFrame, spec: TargetSpec, history: pd.DataFrame,
@@ -100,9 +129,21 @@ def _assemble(work: pd.DataFrame, spec: TargetSpec, history: pd.DataFrame,
     parts = [history] + ([activity] if activity is not None else [])
     parts += [_own_features(work, spec), hyperparameter_features(work["hyperparams"])]
     frame = pd.concat(parts, axis=1)
-    frame["baseline"] = _first_available(frame, [f"hist_{k}_median" for k in spec.baseline_chain])
+    frame["baseline"] = first_available(frame, [f"hist_{k}_median" for k in spec.baseline_chain])
     frame["depth"] = frame[f"hist_{spec.depth_key}_n"]
+    if spec.recent_keys:
+        frame[RULE] = history_rule(frame, [k for k, _ in spec.recent_keys])
     return frame
+
+
+def recent_columns(spec: TargetSpec) -> list[str]:
+    """The ``rec_*`` columns of ``spec``, in frame order."""
+    return [f"rec_{name}_{stat}" for name, _ in spec.recent_keys for stat in RECENT_STATS]
+
+
+def rule_frame_columns(spec: TargetSpec) -> list[str]:
+    """Every column the history rule adds to ``spec``'s frame (none where it has no rule)."""
+    return [*recent_columns(spec), RULE, RULE_SCALE] if spec.recent_keys else []
 
 
 def _own_features(table: pd.DataFrame, spec: TargetSpec) -> pd.DataFrame:
@@ -132,16 +173,33 @@ def hyperparameter_features(texts: pd.Series) -> pd.DataFrame:
     return pd.DataFrame(data, index=texts.index)
 
 
-def _first_available(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
-    value = np.full(len(frame), np.nan)
-    for column in columns:
-        value = np.where(np.isnan(value), frame[column].to_numpy(dtype=float), value)
-    return value
-
-
 def target_rows(table: pd.DataFrame, spec: TargetSpec) -> np.ndarray:
     """Rows that carry a usable label for ``spec``: present, not censored, not a failed run."""
     has = table[spec.column].notna().to_numpy()
     censored = table["censored"].fillna(False).to_numpy(dtype=bool) & spec.censoring_matters
     failed = table["status"].isin(["failed", "killed"]).to_numpy(dtype=bool)
     return np.flatnonzero(has & ~censored & ~failed)
+
+
+@dataclass(frozen=True)
+class ResidualInputs:
+    """Frame columns by how the residual learner reads them (see :func:`residual_inputs`)."""
+
+    relative: list[str]
+    log_relative: list[str]
+    excluded: list[str]
+
+
+def residual_inputs(spec: TargetSpec) -> ResidualInputs:
+    """How a learner on the history rule's residual (``models.residual``) reads ``spec``'s frame.
+
+    ``relative``: statistics in the target's unit, fed as ln(1 + v) - ln(1 + rule); ``log_relative``: those
+    already in ln(1 + v), fed minus ln(1 + rule); ``excluded``: not fed. Linear means follow outliers,
+    and the weekday of an 8-day trace names the period more than a weekly rhythm: both are left out.
+    """
+    keys, recent = list(spec.keys), [k for k, _ in spec.recent_keys]
+    relative = [f"hist_{k}_{s}" for k in keys for s in ("median", "last")]
+    relative += [f"rec_{k}_{s}" for k in recent for s in ("rwmed", "last")]
+    relative += [f"act_{k}_elapsed_s" for k in spec.activity_keys] + ["baseline"]
+    log_relative = [f"hist_{k}_mlog" for k in keys] + [f"rec_{k}_rwlog" for k in recent]
+    return ResidualInputs(relative, log_relative, [f"hist_{k}_mean" for k in keys] + ["weekday"])

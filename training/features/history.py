@@ -22,9 +22,13 @@ import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from training.features.recent import RecentState
 
 STATS = ("n", "mean", "median", "mlog", "last")
 
@@ -57,6 +61,9 @@ class HistoryState:
 
     keys: Mapping[str, tuple[str, ...]]
     tables: dict[str, dict[tuple[object, ...], _Accumulator]] = field(default_factory=dict)
+    recent: RecentState | None = None
+    """Windows of the last finished jobs per recent key (:mod:`training.features.recent`), where the target
+    has recent keys; states pickled before them have none."""
 
     def __post_init__(self) -> None:
         for name in self.keys:

@@ -25,13 +25,20 @@ _PAI_KEYS = MappingProxyType({
 _PAI_CHAIN = ("group_user_gpu", "group_user", "user")
 
 
+_PAI_RECENT = (("group_gpu_shape", ("group", "gpu_key", "shape_key")), ("group_gpu", ("group", "gpu_key")),
+               ("group", ("group",)))
+"""The history rule's keys: a PAI group is one user's recurring job, and its runs on one GPU type with
+one request shape (GPUs, CPUs, pods) are the closest kin a job has."""
+
+
 def _pai(name: str, column: str, activity_keys: tuple[str, ...] = (),
-         request_baseline: str | None = None) -> TargetSpec:
+         request_baseline: str | None = None, recent: bool = False) -> TargetSpec:
     return TargetSpec(name=name, column=column, keys=_PAI_KEYS, baseline_chain=_PAI_CHAIN, depth_key="group_user",
-                      activity_keys=activity_keys, request_baseline=request_baseline)
+                      activity_keys=activity_keys, request_baseline=request_baseline,
+                      recent_keys=_PAI_RECENT if recent else ())
 
 
-_PAI_DURATION = _pai("duration", "duration_s", activity_keys=("user", "group_user", "group_user_gpu"))
+_PAI_DURATION = _pai("duration", "duration_s", activity_keys=("user", "group_user", "group_user_gpu"), recent=True)
 _PAI_USAGE = {
     "gpu": _pai("gpu", "obs_gpu_util_share", request_baseline="req_gpu"),
     "cpu": _pai("cpu", "obs_cpu_cores", request_baseline="req_cpu_cores"),

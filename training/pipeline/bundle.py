@@ -22,6 +22,7 @@ from mlflow.pyfunc.model import PythonModel
 
 from models.calibrated import CalibratedEstimator
 from models.prediction import Prediction
+from models.residual import ResidualEstimator
 from training.features.encoder import JobEncoder
 from training.features.frames import TargetSpec, online_features
 from training.features.history import HistoryState
@@ -40,7 +41,7 @@ class TargetModel:
 
     spec: TargetSpec
     source: str
-    estimator: CalibratedEstimator
+    estimator: CalibratedEstimator | ResidualEstimator
     state: HistoryState
 
 
@@ -253,11 +254,12 @@ def _needs_columns(answers: list[dict[str, Any] | None]) -> dict[str, list[float
 _QUANTITIES = ("point", "p50", "p90", "mean")
 
 
-def _answers_of_rows(matrix: np.ndarray, estimator: CalibratedEstimator, rows: list[int]) -> list[tuple[float, ...]]:
+def _answers_of_rows(matrix: np.ndarray, estimator: CalibratedEstimator | ResidualEstimator,
+                     rows: list[int]) -> list[tuple[float, ...]]:
     return _model_answers(matrix[rows], estimator)
 
 
-def _model_answers(matrix: np.ndarray, estimator: CalibratedEstimator) -> list[tuple[float, ...]]:
+def _model_answers(matrix: np.ndarray, estimator: CalibratedEstimator | ResidualEstimator) -> list[tuple[float, ...]]:
     """Per row: point, P50, P90, and the mean where the estimator gives one."""
     predicted = estimator.predict_matrix(matrix)
     columns = [predicted.point, predicted.p50, predicted.p90] + ([] if predicted.mean is None else [predicted.mean])

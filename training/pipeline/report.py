@@ -11,7 +11,7 @@ from typing import Any
 from training.features.targets import target_spec
 from training.ingest.sources import get_source
 from training.pipeline import plots
-from training.pipeline.evaluate import Split, baselines, evaluate, models, time_split
+from training.pipeline.evaluate import Split, baselines, evaluate, families, models, time_split
 
 UNITS = {"duration_s": "s", "req_net_gbps": "Gbit/s", "req_gpu": "GPUs", "req_cpu_cores": "cores",
          "req_mem_gib": "GiB"}
@@ -20,24 +20,28 @@ NO_DATA_NOTE = ("No shipped real trace records per-job GPU memory use, so no GPU
 
 
 def run_report(source: str, target: str, out: Path, seed: int = 0, test_share: float = 0.3,
-               families: tuple[str, ...] = ("lgbm", "rf"),
-               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Evaluate every baseline and model family; write ``report.json`` and plots under ``out``."""
+               requested: tuple[str, ...] = ("lgbm", "rf"), progress: Callable[[str], None] | None = None,
+               validation: bool = False) -> dict[str, Any]:
+    """Evaluate every baseline and model family; write ``report.json`` and plots under ``out``. With
+    ``validation``, on the validation split of the earlier jobs instead of the later ones."""
     spec = target_spec(source, target)
-    split = time_split(get_source(source).load(), spec, test_share)
-    result = evaluate(split, {**baselines(spec), **models(seed, families)}, progress)
-    return write_report(source, target, split, result, families, out, seed)
+    split = time_split(get_source(source).load(), spec, test_share, validation)
+    result = evaluate(split, {**baselines(spec), **models(spec, seed, requested)}, progress)
+    report = write_report(source, target, split, result, families(spec, requested), out, seed)
+    report["split"]["validation"] = validation
+    (out / "report.json").write_text(json.dumps(report, indent=2))
+    return report
 
 
-def write_report(source: str, target: str, split: Split, result: dict[str, Any], families: tuple[str, ...],
+def write_report(source: str, target: str, split: Split, result: dict[str, Any], fitted: tuple[str, ...],
                  out: Path, seed: int) -> dict[str, Any]:
     """Write the JSON report and the plots of an evaluation ``result``; return the report."""
     spec = target_spec(source, target)
     actual = split.target[split.test]
     unit = UNITS.get(spec.column, "")
-    best_baseline = min((n for n in result["estimators"] if n not in families),
+    best_baseline = min((n for n in result["estimators"] if n not in fitted),
                         key=lambda n: result["estimators"][n]["male"])
-    shown = {n: result["predictions"][n] for n in (best_baseline, *families)}
+    shown = {n: result["predictions"][n] for n in (best_baseline, *fitted)}
     subject = f"{source} {target}"
     files = [plots.predicted_vs_actual(shown, actual, out / "predicted_vs_actual.png", unit, subject),
              plots.calibration(result["estimators"], out / "calibration.png", subject),

@@ -13,14 +13,13 @@ import mlflow
 import pandas as pd
 from mlflow.models import infer_signature
 
-from models.calibrated import CalibratedEstimator
 from models.registry import CHALLENGER, ModelRegistry
 from models.requirements import pip_requirements, version_tags
 from training.features.targets import TARGETS
 from training.ingest.sources import get_source
 from training.needs.estimator import shipped_needs
 from training.pipeline.bundle import JOB_COLUMNS, EstimatorBundle, TargetModel
-from training.pipeline.evaluate import baselines, evaluate, time_split
+from training.pipeline.evaluate import baselines, evaluate, model, time_split
 from training.pipeline.report import write_report
 
 Progress = Callable[[str], None]
@@ -75,8 +74,7 @@ def train_and_register(registry: ModelRegistry, sources: Sequence[str], algo: st
                     raise ValueError(f"two sources give target {name!r}; register them under different --name")
                 say(f"{source} {name}: features")
                 split = time_split(table, spec, test_share)
-                estimator = CalibratedEstimator(family=algo, seed=seed, params=params,
-                                                mean_columns=spec.mean_columns())
+                estimator = model(spec, algo, seed, params)
                 result = evaluate(split, {**baselines(spec), algo: estimator}, _prefixed(say, f"{source} {name}"))
                 reports[name] = write_report(source, name, split, result, (algo,), Path(tmp) / name, seed)
                 targets[name] = TargetModel(spec, source, estimator, split.state)
