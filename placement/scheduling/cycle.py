@@ -14,12 +14,21 @@ parameter), the same answer for the same input, for the service and the replay a
    than ``opportunistic_after_s``: placed on what is left, outside any quota, round robin over queues.
    They are preempted before anything else, so they never delay a guaranteed job.
 3. Running opportunistic jobs of queues with nobody waiting become guaranteed where the quota allows.
+
+With thousands waiting, most jobs cannot start, and many ask for the same: a cycle decides the jobs of one
+class (queue, shape, priority, and between which reservations' times they may end) once while nothing
+changes, tells the others of the class the same (``placement.scheduling.memo``), and does not ask the
+placement policy for placements the filters already rule out (``placement.scheduling.screen``,
+``placement.scheduling.probe``). :func:`plan_cycle` with ``shortcuts=False`` decides every job from
+scratch, asking the policy each time: the same plan, for any policy whose placements depend on the
+snapshot and the job's shape alone (a learning policy, which learns from the jobs it is asked about, is
+asked about fewer).
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -29,13 +38,18 @@ from placement.model.snapshot import ClusterSnapshot
 from placement.online.policies import OnlinePolicy
 from placement.scheduling.forecast import place_around, reserve
 from placement.scheduling.jobs import JobMode, PendingJob, RunningJob
-from placement.scheduling.orders import queue_order
+from placement.scheduling.memo import Facts, Outcome, facts_of, forget_others, in_order, shape_key, told
+from placement.scheduling.opportunistic import place_opportunistic, upgrade
 from placement.scheduling.plan import Plan, ReservationKind, WaitReason
 from placement.scheduling.preemption import find_victims
 from placement.scheduling.queues import QueueSet
 from placement.scheduling.resources import TYPE_PREFIX, demand_of, gpu_type_key
+from placement.scheduling.screen import NO_SCORE
 from placement.scheduling.settings import SchedulingSettings
 from placement.scheduling.state import CycleState
+
+Turn = tuple[int, float, int, float, str]
+"""When a queue's head goes (``_turn``)."""
 
 
 def schedule(snapshot: ClusterSnapshot, pending: Sequence[PendingJob], running: Sequence[RunningJob],
@@ -50,53 +64,141 @@ def schedule(snapshot: ClusterSnapshot, pending: Sequence[PendingJob], running: 
     ``ValueError`` for inconsistent input: a running job without an allocation, a pending job that is
     allocated or listed twice.
     """
-    state = CycleState.begin(snapshot, running, queues, now, placement_policy, settings or SchedulingSettings())
+    return plan_cycle(snapshot, pending, running, queues, now, placement_policy, settings)
+
+
+def plan_cycle(snapshot: ClusterSnapshot, pending: Sequence[PendingJob], running: Sequence[RunningJob],
+               queues: QueueSet, now: float, placement_policy: OnlinePolicy,
+               settings: SchedulingSettings | None = None, *, shortcuts: bool = True) -> Plan:
+    """:func:`schedule`; ``shortcuts=False`` decides every job from scratch (the module docstring)."""
+    state = CycleState.begin(snapshot, running, queues, now, placement_policy, settings or SchedulingSettings(),
+                             shortcuts)
+    try:
+        _check_pending(snapshot, pending)
+        known: list[PendingJob] = []
+        guaranteed: dict[str, list[PendingJob]] = {}
+        opportunistic: list[PendingJob] = []
+        for job in pending:  # one pass: thousands wait
+            if job.queue not in queues.queues:
+                state.wait(job, WaitReason.UNKNOWN_QUEUE, (f"queues: {', '.join(queues.queues)}",))
+                continue
+            known.append(job)
+            if job.mode is JobMode.GUARANTEED:
+                guaranteed.setdefault(job.queue, []).append(job)
+            else:
+                opportunistic.append(job)
+        late = _guaranteed(state, guaranteed)
+        place_opportunistic(state, opportunistic + late)
+        upgrade(state, known)
+        return state.plan()
+    finally:
+        if state.screen is not None:
+            state.screen.close()
+        forget_others(pending, running)
+
+
+def _check_pending(snapshot: ClusterSnapshot, pending: Sequence[PendingJob]) -> None:
+    """``ValueError`` naming the first pending job listed twice or already allocated (sets first: a pending
+    job looked up in the snapshot's map one by one would cost more than deciding it)."""
+    ids = {j.job.job_id for j in pending}
+    if len(ids) == len(pending) and ids.isdisjoint(iter(snapshot.allocations)):
+        return
     seen: set[str] = set()
     for job in pending:
         if job.job_id in seen or job.job_id in snapshot.allocations:
             raise ValueError(f"pending job {job.job_id!r} is listed twice or already allocated")
         seen.add(job.job_id)
-    known = [j for j in pending if j.queue in queues]
-    for job in pending:
-        if job.queue not in queues:
-            state.wait(job, WaitReason.UNKNOWN_QUEUE, (f"queues: {', '.join(queues.queues)}",))
-    late = _guaranteed(state, [j for j in known if j.mode is JobMode.GUARANTEED])
-    _opportunistic(state, [j for j in known if j.mode is JobMode.OPPORTUNISTIC] + late)
-    _upgrade(state, known)
-    return state.plan()
 
 
-def _guaranteed(state: CycleState, jobs: list[PendingJob]) -> list[PendingJob]:
-    """Decide every guaranteed job; returns those that may try opportunistically."""
-    lines: dict[str, deque[PendingJob]] = {}
-    for name in sorted({j.queue for j in jobs}):
-        lines[name] = deque(queue_order(state.queues[name].order)([j for j in jobs if j.queue == name]))
+def _guaranteed(state: CycleState, jobs: dict[str, list[PendingJob]]) -> list[PendingJob]:
+    """Decide every guaranteed job (``jobs`` by queue); returns those that may try opportunistically.
+
+    The queue whose head goes first is found among all heads; its jobs then go one after the other while
+    each next head still goes before every other queue's (which do not move while the book does not)."""
+    lines: dict[str, list[Facts]] = {}
+    for name in sorted(jobs):
+        lines[name] = in_order(name, state.queues[name].order, [facts_of(j) for j in jobs[name]])
+    taken = dict.fromkeys(lines, 0)
     heads_reserved: set[str] = set()
-    late = []
-    while lines:
-        name = min(lines, key=lambda q: _turn(state, lines[q][0]))
-        job = lines[name].popleft()
-        if not lines[name]:
-            del lines[name]
-        reason = _decide(state, job, heads_reserved)
-        patient = state.now - job.submit_s >= state.settings.opportunistic_after_s
-        if patient and reason in (WaitReason.OVER_QUOTA, WaitReason.WOULD_DELAY_RESERVATION):
-            late.append(job)
+    late: list[PendingJob] = []
+    shares: dict[tuple[int, str, int], tuple[int, float]] = {}
+    turns = {name: _turn(state, line[0], shares) for name, line in lines.items()}
+    patience = state.settings.opportunistic_after_s
+    while turns:
+        name = min(turns, key=turns.__getitem__)
+        others = [turn for queue, turn in turns.items() if queue != name]
+        bound = min(others) if others else None
+        line, i, book_version = lines[name], taken[name], state.book.version
+        while True:
+            facts = line[i]
+            i += 1
+            reason = _decide(state, facts, heads_reserved)
+            if reason in _LATE and state.now - facts.pending.submit_s >= patience:
+                late.append(facts.pending)
+            taken[name] = i
+            if state.book.version != book_version:  # every head's turn may have moved
+                turns = {n: _turn(state, lines[n][taken[n]], shares) for n in turns if taken[n] < len(lines[n])}
+                break
+            if i == len(line):
+                del turns[name]
+                break
+            turn = _turn(state, line[i], shares)
+            if bound is not None and turn > bound:
+                turns[name] = turn
+                break
     return late
 
 
-def _turn(state: CycleState, job: PendingJob) -> tuple[int, float, int, float, str]:
-    demand = demand_of(job.job)
-    if state.book.within_guarantee(job.queue, demand):
-        return (0, 0.0, -job.priority, job.submit_s, job.job_id)
-    return (1, state.book.borrowed_share(job.queue, demand), -job.priority, job.submit_s, job.job_id)
+_LATE = (WaitReason.OVER_QUOTA, WaitReason.WOULD_DELAY_RESERVATION)
+"""The waits after which a patient guaranteed job may start opportunistically."""
 
 
-def _decide(state: CycleState, pending: PendingJob, heads_reserved: set[str]) -> WaitReason | None:
-    """Start ``pending`` if it can, else record why it waits (and return that reason)."""
+def _turn(state: CycleState, facts: Facts, shares: dict[tuple[int, str, int], tuple[int, float]]) -> Turn:
+    """When a job goes, heads of the queues compared: within its guarantee first, else by the borrowed share
+    it would have; then priority, submit time, id. ``shares`` keeps the first two per book state and job
+    shape."""
+    queue = facts.pending.queue
+    key = (state.book.version, queue, facts.shape)
+    found = shares.get(key)
+    if found is None:
+        demand = facts.demand
+        found = shares[key] = ((0, 0.0) if state.book.within_guarantee(queue, demand)
+                               else (1, state.book.borrowed_share(queue, demand)))
+    return found + facts.turn
+
+
+def _decide(state: CycleState, facts: Facts, heads_reserved: set[str]) -> WaitReason | None:
+    """Start the job if it can, else record why it waits (and return that reason): decided anew, or, where
+    the cycle screens, as the last job of its class on the same state was."""
+    pending = facts.pending
+    if state.screen is None:
+        return _decide_anew(state, pending, heads_reserved)
+    version = state.version
+    outcomes = state.outcomes
+    if outcomes.version != version:
+        outcomes.start(version, sorted(h.reservation.at_s for h in state.held))
+    # whether a reservation could be delayed depends on the job's end only through which are due before it
+    key = (pending.queue, facts.shape, bisect_left(outcomes.due, state.now + facts.cautious_s))
+    known = outcomes.known.get(key)
+    if known is not None:
+        job_id = facts.turn[2]
+        state.waiting[job_id] = told(job_id, pending.queue, known.reason, known.details, known.at_s)
+        return known.reason
+    reason = _decide_anew(state, pending, heads_reserved)
+    if reason is not None and state.version == version:
+        waits = state.waiting[pending.job_id]
+        outcomes.known[key] = Outcome(waits.reason, waits.details, waits.reservation_at_s)
+    return reason
+
+
+def _decide_anew(state: CycleState, pending: PendingJob, heads_reserved: set[str]) -> WaitReason | None:
     job, problems = _within_types(state, pending)
-    end_s = state.now + (pending.estimate.cautious_s if not math.isnan(pending.estimate.cautious_s) else math.inf)
-    admission = state.book.admission(pending.queue, demand_of(pending.job))
+    facts = facts_of(pending)
+    end_s = state.now + facts.cautious_s
+    key = (state.book.version, pending.queue, facts.shape)  # the same demand on the same book: the same answer
+    admission = state.admissions.get(key)
+    if admission is None:
+        admission = state.admissions[key] = state.book.admission(pending.queue, facts.demand)
     if job is not None and admission.admitted:
         decision, blocker = _place(state, job, end_s)
         if decision.allocation is not None:
@@ -110,7 +212,8 @@ def _decide(state: CycleState, pending: PendingJob, heads_reserved: set[str]) ->
             return WaitReason.CAN_NEVER_FIT
     else:
         problems = admission.problems + problems
-        decision, blocker = Decision(pending.job_id, "", Verdict.UNSCHEDULABLE_NOW, state.working.generation), None
+        decision = Decision(pending.job_id, "", Verdict.UNSCHEDULABLE_NOW, state.working.generation, score=NO_SCORE)
+        blocker = None
     victims = find_victims(state, pending, job or pending.job, end_s) if state.settings.preemption else None
     if victims is not None:
         for victim, why in victims.chosen:
@@ -132,6 +235,8 @@ def _reserve_or_wait(state: CycleState, pending: PendingJob, job: Job, decision:
     frees within the pre-scheduling horizon; else it waits with the placement's reasons."""
     settings = state.settings
     head = settings.reserve_heads and pending.queue not in heads_reserved
+    # Not a change later decisions see: a job of the same class would have come here first and taken the
+    # head's try; another may take a prescheduled try only where the head's, without a horizon, failed.
     heads_reserved.add(pending.queue)
     held = None
     if len(state.held) < settings.max_reservations and (head or settings.prescheduling_horizon_s > 0):
@@ -140,7 +245,7 @@ def _reserve_or_wait(state: CycleState, pending: PendingJob, job: Job, decision:
     if held is None:
         state.wait(pending, WaitReason.DOES_NOT_FIT_NOW, decision.reasons)
         return WaitReason.DOES_NOT_FIT_NOW
-    state.held.append(held)
+    state.hold(held)
     at = held.reservation.at_s
     waits = ", ".join(held.reservation.waits_for) or "nobody"
     state.wait(pending, WaitReason.RESERVED, (f"reserved from {at:g} s, after {waits}", *decision.reasons), at)
@@ -149,7 +254,7 @@ def _reserve_or_wait(state: CycleState, pending: PendingJob, job: Job, decision:
 
 def _place(state: CycleState, job: Job, end_s: float) -> tuple[Decision, str | None]:
     """``place_around`` the reservations, remembering failures: an identical job fails the same way."""
-    key = (tuple(repr(t) for t in job.tasks), state.working.generation, len(state.held))
+    key = (shape_key(job), state.working.generation, len(state.held))
     failed = state.failed.get(key)
     if failed is not None:
         return replace(failed, job_id=job.job_id), None
@@ -162,9 +267,12 @@ def _place(state: CycleState, job: Job, end_s: float) -> tuple[Decision, str | N
 def _within_types(state: CycleState, pending: PendingJob) -> tuple[Job | None, tuple[str, ...]]:
     """``pending``'s job with each GPU task's types narrowed to those its queue's quota still admits
     (``None`` and why when none is left); the job itself when its queue sets no quota per GPU type."""
-    queue = state.queues[pending.queue]
     job = pending.job
-    if not any(k.startswith(TYPE_PREFIX) for k in queue.guarantee) or job.gpus <= 0:
+    typed = state.typed.get(pending.queue)
+    if typed is None:
+        guarantee = state.queues[pending.queue].guarantee
+        typed = state.typed[pending.queue] = any(k.startswith(TYPE_PREFIX) for k in guarantee)
+    if not typed or job.gpus <= 0:
         return job, ()
     types = state.working.cluster.gpus_by_type()
     allowed = {k[len(TYPE_PREFIX):] for k in state.book.allowed_types(pending.queue, job.gpus,
@@ -179,36 +287,3 @@ def _within_types(state: CycleState, pending: PendingJob) -> tuple[Job | None, t
             task = replace(task, gpu_types=frozenset(wanted & allowed))
         tasks.append(task)
     return replace(job, tasks=tuple(tasks)), ()
-
-
-def _opportunistic(state: CycleState, jobs: list[PendingJob]) -> None:
-    """Place opportunistic jobs on what is left, round robin over queues (each in its order)."""
-    lines = [deque(queue_order(state.queues[name].order)([j for j in jobs if j.queue == name]))
-             for name in sorted({j.queue for j in jobs})]
-    while lines:
-        for line in list(lines):
-            job = line.popleft()
-            if not line:
-                lines.remove(line)
-            decision = state.place(state.working, job.job)
-            if decision.allocation is not None:
-                state.start(job, decision, JobMode.OPPORTUNISTIC)
-            elif job.mode is JobMode.OPPORTUNISTIC:
-                reason = WaitReason.CAN_NEVER_FIT if decision.verdict is Verdict.CAN_NEVER_FIT \
-                    else WaitReason.DOES_NOT_FIT_NOW
-                state.wait(job, reason, decision.reasons)
-
-
-def _upgrade(state: CycleState, pending: Sequence[PendingJob]) -> None:
-    """Running opportunistic jobs count as guaranteed once their queue's quota admits them and nobody of
-    their queue waits as guaranteed (AntMan's upgrade)."""
-    mode_of = {j.job_id: j.mode for j in pending}
-    busy = {w.queue for w in state.waiting.values() if mode_of.get(w.job_id) is JobMode.GUARANTEED}
-    for job in sorted(state.running.values(), key=lambda j: (j.started_s, j.job_id)):
-        if job.mode is not JobMode.OPPORTUNISTIC or job.queue not in state.queues or job.queue in busy:
-            continue
-        demand = demand_of(job.job, state.working.allocations[job.job_id], state.working.layout)
-        if state.book.admission(job.queue, demand).admitted:
-            state.book.add(job.queue, demand)
-            state.counted.add(job.job_id)
-            state.upgrades.append(job.job_id)

@@ -12,22 +12,36 @@ with every reserved place fenced off), or anywhere if for each reservation R eit
 (now + P90) is no later than R's start or R's job still fits its place with B there
 (``placement.violations`` on R's forecast with B added). A job whose end is unknown never runs into a
 reserved start.
+
+Where the cycle screens (``placement.scheduling.screen``), the policy is not asked where the filters
+already answer: a job with no room on the snapshot fits nowhere; a reservation's forecast is followed
+release by release and asked about only once the job could fit there (``placement.scheduling.future``);
+and the reservation a one-instance job would delay is named without asking where it would go when every
+place it could take delays the same one (:func:`_certain_blocker`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
+from heapq import heapify, heappop
 
 import numpy as np
 
+from placement.filters.base import usage_of
+from placement.filters.chain import chain_for
 from placement.model.decision import Decision
 from placement.model.demand import Job
-from placement.model.feasibility import need_of
 from placement.model.snapshot import MILLI, Allocation, ClusterSnapshot, release
-from placement.scheduling.jobs import JobMode, PendingJob
+from placement.scheduling.future import Future
+from placement.scheduling.jobs import PendingJob
+from placement.scheduling.memo import machines_of
 from placement.scheduling.plan import Reservation, ReservationKind
+from placement.scheduling.screen import needs_of
 from placement.scheduling.state import CycleState, Held
+
+WORKING, FENCED, RESERVING = "working", "fenced", "reserving"
+"""The screen's streams: the cycle's working state, it fenced by the reservations, the forecasts reserve() asks."""
 
 
 def fenced(snapshot: ClusterSnapshot, allocations: Iterable[Allocation]) -> ClusterSnapshot:
@@ -51,70 +65,195 @@ def fenced(snapshot: ClusterSnapshot, allocations: Iterable[Allocation]) -> Clus
 
 
 def place_around(state: CycleState, snapshot: ClusterSnapshot, job: Job, end_s: float,
-                 released: Iterable[str] = ()) -> tuple[Decision, str | None]:
+                 futures: Sequence[ClusterSnapshot] | None = None,
+                 streams: tuple[str, str] = (WORKING, FENCED)) -> tuple[Decision, str | None]:
     """``job`` decided on ``snapshot`` so that no reservation is delayed, and the reserved job in its way
-    when it fits only by delaying one (``released``: running jobs gone in this attempt, by preemption)."""
+    when it fits only by delaying one. ``futures``: each reservation's forecast as this attempt sees it
+    (without the running jobs it preempts; the reservations' own by default). ``streams``: the screen's
+    streams of ``snapshot`` and of it fenced (``placement.scheduling.screen``)."""
     if not state.held:
-        return state.place(snapshot, job), None
-    around = state.place(fenced(snapshot, (h.reservation.allocation for h in state.held)), job)
+        return state.decide(snapshot, job, streams[0]), None
+    if state.screen is not None and state.screen.fits_nowhere(streams[0], snapshot, job):
+        # nor fenced, with less room: the answer is the one on the snapshot, as below once both failed
+        return state.screen.unplaced(snapshot, job), None
+    around = state.decide(fenced_by_reservations(state, snapshot), job, streams[1])
     if around.placed:
         return around, None
-    anywhere = state.place(snapshot, job)
+    if futures is None and state.screen is not None:
+        blocker = _certain_blocker(state, snapshot, job, end_s, streams[0])
+        if blocker is not None:
+            return around, blocker
+    anywhere = state.decide(snapshot, job, streams[0])
     if anywhere.allocation is None:
         return anywhere, None
-    gone = tuple(released)
-    for held in state.held:
-        future = held.future
-        for job_id in gone:
-            future = release(future, job_id)
+    for held, future in zip(state.held, futures if futures is not None else [h.future for h in state.held],
+                            strict=True):
         if Held(held.reservation, held.job, future).delayed_by(anywhere.allocation, end_s):
             return around, held.reservation.job_id
     return anywhere, None
 
 
+def _certain_blocker(state: CycleState, snapshot: ClusterSnapshot, job: Job, end_s: float, stream: str) -> str | None:
+    """The reserved job that a job of one task, which fits ``snapshot`` but not it fenced, would delay
+    wherever the policy put it; ``None`` where that is not certain (the policy is then asked where it goes).
+
+    The policies place each instance on some machine the filters pass, and identical instances one after
+    the other: they place them all where the machines' exact room for them adds up to as many. On such a
+    machine ``m``, the first reservation ``R`` due before the job may end that holds ``m`` is the one
+    delayed, if any is: an instance on ``m`` delays no reservation that does not hold ``m``. And it does
+    delay ``R`` whatever GPUs it takes there where ``m`` has no room for it beside ``R``'s place in ``R``'s
+    forecast (the forecast holds no more than ``snapshot``; every GPU has memory, so the filters' verdict on
+    one machine is feasibility's). So where every machine with room names the same ``R`` that way, ``R``
+    blocks the job."""
+    screen = state.screen
+    needs = needs_of(job)
+    if screen is None or len(job.tasks) != 1 or not screen.memory_everywhere:
+        return None
+    need, count = needs[0]
+    machines = np.flatnonzero(screen.stream(stream).passing(snapshot, need)).tolist()
+    due = [i for i, h in enumerate(state.held) if end_s > h.reservation.at_s]
+    if not due or not 0 < len(machines) <= MOST_CANDIDATES:
+        return None
+    if count > 1:
+        chain, usage = chain_for(need), usage_of(snapshot)
+        if sum(chain.room_at(usage, m) for m in machines) < count:
+            return None
+    blocker = None
+    for m in machines:
+        first = next((i for i in due if m in _held_machines(state, i)), None)
+        if first is None or (blocker is not None and first != blocker):
+            return None
+        if screen.stream(("beside", first)).passing(_beside(state, first), need)[m]:
+            return None
+        blocker = first
+    return None if blocker is None else state.held[blocker].reservation.job_id
+
+
+MOST_CANDIDATES = 64
+"""Machines with room, up to which :func:`_certain_blocker` looks at them one by one."""
+
+
+def _held_machines(state: CycleState, i: int) -> set[int]:
+    """The machines of reservation ``i``'s place (a reservation held keeps its place)."""
+    key = ("held-machines", i)
+    found = state.probes.get(key)
+    if not isinstance(found, set):
+        found = state.probes[key] = state.held[i].reservation.allocation.machines()
+    return found
+
+
+def _beside(state: CycleState, i: int) -> ClusterSnapshot:
+    """Reservation ``i``'s forecast with its own place taken (until a start changes the forecast)."""
+    held = state.held[i]
+    key = ("beside", i)
+    kept = state.cache.get(key)
+    if isinstance(kept, tuple) and kept[0] is held.future:
+        found: ClusterSnapshot = kept[1]
+        return found
+    found = fenced(held.future, [held.reservation.allocation])
+    state.cache[key] = (held.future, found)
+    return found
+
+
+def fenced_by_reservations(state: CycleState, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+    """``snapshot`` fenced by every reservation held (the last one worked out is kept: the working state's,
+    asked about by job after job while nothing changes)."""
+    kept = state.cache.get(FENCED)
+    if isinstance(kept, tuple) and kept[0] is snapshot:
+        found: ClusterSnapshot = kept[1]
+        return found
+    found = fenced(snapshot, (h.reservation.allocation for h in state.held))
+    state.cache[FENCED] = (snapshot, found)
+    return found
+
+
 def totals_cover(snapshot: ClusterSnapshot, job: Job) -> bool:
     """Necessary for ``job`` to fit: the cluster's free GPU share, CPU and memory cover its totals."""
     layout = snapshot.layout
-    needs = [(need_of(t), t.instances) for t in job.tasks]
-    gpu = sum((MILLI * n.whole_gpus or n.gpu_milli) * k for n, k in needs)
-    cpu = sum(n.cpu_milli * k for n, k in needs)
-    mem = sum(n.mem_mib * k for n, k in needs)
+    gpu, cpu, mem = totals_of(job)
     return (gpu <= len(layout.gpu_machine) * MILLI - int(snapshot.gpu_milli_used.sum())
             and cpu <= int(layout.cpu_cap.sum()) - int(snapshot.cpu_used.sum())
             and mem <= int(layout.mem_cap.sum()) - int(snapshot.mem_used.sum()))
 
 
+def totals_of(job: Job) -> tuple[int, int, int]:
+    """What ``job`` takes in all: milli-GPUs (a whole GPU counted in full), milli-cores and MiB."""
+    needs = needs_of(job)
+    return (sum((MILLI * n.whole_gpus or n.gpu_milli) * k for n, k in needs),
+            sum(n.cpu_milli * k for n, k in needs), sum(n.mem_mib * k for n, k in needs))
+
+
 def reserve(state: CycleState, pending: PendingJob, job: Job, kind: ReservationKind, until_s: float) -> Held | None:
     """A reservation for ``job`` (``pending``'s, GPU types perhaps narrowed by its quota) at the earliest
     estimated end, no later than ``until_s``, after which it fits; ``None`` if there is none."""
-    future = state.working
+    base = state.working
     if state.settings.preemption:
-        for job_id, running in state.running.items():
-            if running.mode is JobMode.OPPORTUNISTIC:
-                future = release(future, job_id)
+        for job_id in state.opportunistic:
+            if job_id in state.running:
+                base = release(base, job_id)
     fences = [h.reservation.allocation for h in state.held]
-    # a job without an estimate is never expected to end: nothing is reserved behind it
-    ending = sorted((end, job_id) for job_id, end in state.ends.items() if end <= until_s and math.isfinite(end))
+    future = Future(base, fences, job) if state.screen is not None else None
+    snapshot = base
     released: list[str] = []
-    for i, (end, job_id) in enumerate(ending):
-        future = release(future, job_id)
+    for end, job_id, tied in _in_end_order(state, until_s):
         released.append(job_id)
-        if i + 1 < len(ending) and ending[i + 1][0] == end:
-            continue  # release every job that ends at the same time first
-        if not totals_cover(future, job):
-            continue
-        decision = state.place(fenced(future, fences), job)
+        if future is not None:  # the policy is asked only once the job could fit
+            future.release(base.allocations[job_id])
+            if tied or not future.could_fit():
+                continue
+            snapshot = future.snapshot()
+        else:
+            snapshot = release(snapshot, job_id)
+            if tied:
+                continue  # release every job that ends at the same time first
+            if not totals_cover(snapshot, job):
+                continue
+        decision = state.decide(fenced(snapshot, fences), job, RESERVING)
         if decision.allocation is not None:
-            waits_for = tuple(j for j in released if _overlap(state.working.allocations[j], decision.allocation))
+            overlap = _Overlap(decision.allocation)
+            waits_for = tuple(j for j in released if overlap.with_(state.working.allocations[j]))
             reservation = Reservation(pending.job_id, pending.queue, kind, max(end, state.now), decision.allocation,
                                       waits_for)
-            return Held(reservation, job, future)
+            return Held(reservation, job, future.snapshot(released) if future is not None else snapshot)
     return None
 
 
-def _overlap(running: Allocation, reserved: Allocation) -> bool:
-    """Whether ``running`` holds GPUs of ``reserved`` (machines, where the reservation takes no GPU)."""
-    gpus = {g for p in reserved.instances for g in p.gpus}
-    if any(not p.gpus for p in reserved.instances) and running.machines() & reserved.machines():
-        return True
-    return any(g in gpus for p in running.instances for g in p.gpus)
+def _in_end_order(state: CycleState, until_s: float) -> Iterator[tuple[float, str, bool]]:
+    """Each guaranteed job holding its place with an estimated end no later than ``until_s``, in order of
+    (end, id): its end, its id, and whether the next one ends at the same time. A job without an estimate
+    is never expected to end: nothing is reserved behind it.
+
+    From a heap made once per cycle (a reservation needs the first few ends, not thousands sorted): jobs
+    started since are pushed onto it (``CycleState.start``), and entries no longer in ``ends`` (preempted)
+    are passed over."""
+    if state.ending is None:
+        state.ending = [(end, job_id) for job_id, end in state.ends.items() if end != math.inf]
+        heapify(state.ending)
+    heap, ends = state.ending.copy(), state.ends
+
+    def drop_stale() -> None:
+        while heap and ends.get(heap[0][1]) != heap[0][0]:
+            heappop(heap)
+
+    drop_stale()
+    while heap and heap[0][0] <= until_s:
+        end, job_id = heappop(heap)
+        drop_stale()
+        yield end, job_id, bool(heap) and heap[0][0] == end
+
+
+class _Overlap:
+    """Whether a running allocation holds GPUs of a reserved one (machines, where the reservation takes no GPU)."""
+
+    def __init__(self, reserved: Allocation) -> None:
+        self.gpus = {g for p in reserved.instances for g in p.gpus}
+        self.gpu_machines = frozenset(p.machine for p in reserved.instances if p.gpus)
+        self.machines = reserved.machines() if any(not p.gpus for p in reserved.instances) else set()
+
+    def with_(self, running: Allocation) -> bool:
+        held = machines_of(running)  # most running jobs share no machine with the place: a set test each
+        if self.machines and not self.machines.isdisjoint(held):
+            return True
+        if self.gpu_machines.isdisjoint(held):
+            return False
+        return any(g in self.gpus for p in running.instances for g in p.gpus)

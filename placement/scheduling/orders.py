@@ -44,7 +44,7 @@ def arrival_key(submit_s: float, job_id: str) -> OrderKey:
 
 
 def _by_arrival(jobs: Sequence[PendingJob]) -> list[PendingJob]:
-    return sorted(jobs, key=lambda j: arrival_key(j.submit_s, j.job_id))
+    return sorted(jobs, key=lambda j: (j.submit_s, j.job.job_id))  # arrival_key's order, its constant left out
 
 
 def fifo(jobs: Sequence[PendingJob]) -> list[PendingJob]:
@@ -52,13 +52,17 @@ def fifo(jobs: Sequence[PendingJob]) -> list[PendingJob]:
 
 
 def sjf(jobs: Sequence[PendingJob]) -> list[PendingJob]:
+    expected = [j.estimate.expected_s for j in jobs]
+    if not any(math.isnan(e) for e in expected):  # nothing to fill: each job's key is its own
+        keys = [(e, j.submit_s, j.job.job_id) for j, e in zip(jobs, expected, strict=True)]
+        return [jobs[i] for i in sorted(range(len(keys)), key=keys.__getitem__)]
     fill = CausalMedian()
     keyed = [((fill(j.estimate.expected_s), j.submit_s, j.job_id), j) for j in _by_arrival(jobs)]
     return [j for _, j in sorted(keyed, key=lambda pair: pair[0])]
 
 
 def by_priority(jobs: Sequence[PendingJob]) -> list[PendingJob]:
-    return sorted(jobs, key=lambda j: (-j.priority, j.submit_s, j.job_id))
+    return sorted(jobs, key=lambda j: (-j.job.priority, j.submit_s, j.job.job_id))
 
 
 ORDERS: dict[str, Order] = {"fifo": fifo, "sjf": sjf, "priority": by_priority}

@@ -17,15 +17,21 @@ never victims.
 
 from __future__ import annotations
 
+import heapq
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+import numpy as np
 
 from placement.model.decision import Decision
 from placement.model.demand import Job
 from placement.model.snapshot import ClusterSnapshot, apply, release
 from placement.scheduling.forecast import place_around, totals_cover
 from placement.scheduling.jobs import JobMode, PendingJob, RunningJob
+from placement.scheduling.memo import facts_of, gpus_and_end
 from placement.scheduling.plan import PreemptReason
+from placement.scheduling.probe import TRIAL_STREAMS, could_start
 from placement.scheduling.quota import QuotaBook
 from placement.scheduling.resources import demand_of
 from placement.scheduling.state import CycleState
@@ -56,7 +62,7 @@ def _cost(state: CycleState, victim: RunningJob) -> tuple[int, float, float, flo
 
 @dataclass
 class _Trial:
-    """The cycle's state with some victims gone."""
+    """The cycle's state with some victims gone: the snapshot, the book and each reservation's forecast."""
 
     state: CycleState
     pending: PendingJob
@@ -64,26 +70,32 @@ class _Trial:
     end_s: float
     snapshot: ClusterSnapshot
     book: QuotaBook
+    futures: list[ClusterSnapshot]
 
     def remove(self, victim: RunningJob) -> None:
         self._count(victim, -1)
         self.snapshot = release(self.snapshot, victim.job_id)
+        self.futures = [release(future, victim.job_id) for future in self.futures]
 
     def restore(self, victim: RunningJob) -> None:
         self._count(victim, +1)
-        self.snapshot = apply(self.snapshot, self.state.working.allocations[victim.job_id])
+        allocation = self.state.working.allocations[victim.job_id]
+        self.snapshot = apply(self.snapshot, allocation)
+        # back into the forecasts that held it: those of reservations due before it was estimated to end
+        self.futures = [apply(future, allocation) if victim.job_id in held.future.allocations else future
+                        for future, held in zip(self.futures, self.state.held, strict=True)]
 
     def _count(self, victim: RunningJob, sign: int) -> None:
         if victim.job_id in self.state.counted:
             allocation = self.state.working.allocations[victim.job_id]
             self.book.add(victim.queue, demand_of(victim.job, allocation, self.snapshot.layout), sign)
 
-    def fits(self, gone: list[RunningJob]) -> tuple[Decision, bool] | None:
+    def fits(self) -> tuple[Decision, bool] | None:
         """The decision and whether it borrows, when the job is within quota and fits; else ``None``."""
         queue = self.pending.queue
         if not self.book.admission(queue, demand_of(self.job)).admitted or not totals_cover(self.snapshot, self.job):
             return None
-        decision, _ = place_around(self.state, self.snapshot, self.job, self.end_s, (v.job_id for v in gone))
+        decision, _ = place_around(self.state, self.snapshot, self.job, self.end_s, self.futures, TRIAL_STREAMS)
         if decision.allocation is None:
             return None
         admission = self.book.admission(queue, demand_of(self.job, decision.allocation, self.snapshot.layout))
@@ -92,10 +104,15 @@ class _Trial:
 
 def find_victims(state: CycleState, pending: PendingJob, job: Job, end_s: float) -> Victims | None:
     """The cheapest set of running jobs whose preemption lets ``job`` (``pending``'s) start now, or ``None``."""
-    reclaiming = state.book.within_guarantee(pending.queue, demand_of(job))
-    candidates = sorted((v for v in state.running.values() if _reason(state, pending, v, reclaiming) is not None),
-                        key=lambda v: _cost(state, v))[:state.settings.max_victims]
-    trial = _Trial(state, pending, job, end_s, state.working, state.book.copy())
+    reclaiming = state.book.within_guarantee(pending.queue, facts_of(pending).demand if job is pending.job
+                                             else demand_of(job))
+    candidates = _candidates(state, pending, reclaiming)
+    if not candidates:
+        return None
+    streams = ("victims", pending.queue, pending.priority, reclaiming)
+    if state.screen is not None and not could_start(state, streams, job, end_s, candidates):
+        return None
+    trial = _Trial(state, pending, job, end_s, state.working, state.book.copy(), [h.future for h in state.held])
     chosen: list[RunningJob] = []
     found = None
     for victim in candidates:
@@ -103,18 +120,77 @@ def find_victims(state: CycleState, pending: PendingJob, job: Job, end_s: float)
             continue  # its queue no longer borrows: what it holds is its guarantee
         chosen.append(victim)
         trial.remove(victim)
-        found = trial.fits(chosen)
+        found = trial.fits()
         if found is not None:
             break
     if found is None:
         return None
     for victim in reversed(chosen[:-1]):
         trial.restore(victim)
-        kept = [v for v in chosen if v is not victim]
-        still = trial.fits(kept)
+        still = trial.fits()
         if still is None:
             trial.remove(victim)
         else:
-            chosen, found = kept, still
+            chosen, found = [v for v in chosen if v is not victim], still
     reasons = tuple((v, _reason(state, pending, v, reclaiming) or PreemptReason.OPPORTUNISTIC) for v in chosen)
     return Victims(reasons, found[0], found[1])
+
+
+def _candidates(state: CycleState, pending: PendingJob, reclaiming: bool) -> tuple[RunningJob, ...]:
+    """The running jobs ``pending`` may preempt, cheapest first, at most ``max_victims`` (once per queue,
+    priority and version). The same as sorting every running job with a reason by cost: merged from the
+    lists, each in cost order, of those that can have one here (the opportunistic jobs; its queue's, where
+    some have a lower priority; each borrowing queue's, when reclaiming)."""
+    key = ("victims", pending.queue, pending.priority, reclaiming, state.working.generation)
+    found = state.probes.get(key)  # the book and the running jobs change only as the generation does
+    if isinstance(found, tuple):
+        return found
+    groups = _groups(state)
+    lists: list[Iterable[RunningJob]] = [_ranked(state, None)] if None in groups else []
+    own = groups.get(pending.queue, [])
+    if own and _lowest(state, pending.queue, own) < pending.priority:
+        lists.append(v for v in _ranked(state, pending.queue) if v.priority < pending.priority)
+    if reclaiming:
+        lists += [_ranked(state, queue) for queue in groups
+                  if queue is not None and queue != pending.queue and state.book.borrowing(queue)]
+    listed: list[RunningJob] = []
+    for victim in heapq.merge(*lists, key=lambda v: _cost(state, v)):
+        if len(listed) >= state.settings.max_victims:
+            break
+        if victim.job_id in state.running and _reason(state, pending, victim, reclaiming) is not None:
+            listed.append(victim)
+    state.probes[key] = result = tuple(listed)
+    return result
+
+
+def _groups(state: CycleState) -> dict[str | None, list[RunningJob]]:
+    """The running jobs that can be victims, by queue (``None``: the opportunistic ones), as the cycle
+    began (preempted ones are skipped where used)."""
+    assert state.victim_groups is not None  # made by CycleState.begin
+    return state.victim_groups
+
+
+def _lowest(state: CycleState, queue: str, jobs: list[RunningJob]) -> int:
+    """The lowest priority among a queue's victims (once per cycle)."""
+    found = state.probes.get(("lowest", queue))
+    if not isinstance(found, int):
+        found = state.probes[("lowest", queue)] = min(v.job.priority for v in jobs)
+    return found
+
+
+def _ranked(state: CycleState, group: str | None) -> list[RunningJob]:
+    """The jobs of one of :func:`_groups` in the order of :func:`_cost` (whose first term, the mode, is the
+    same for all of them), sorted in numpy with the same arithmetic (once per cycle: costs do not change
+    within one)."""
+    found = state.ranked.get(group)
+    if found is None:
+        jobs = _groups(state).get(group, [])
+        now = state.now
+        known = np.array([gpus_and_end(j) for j in jobs], dtype=np.float64).reshape(-1, 2)
+        gpus = np.maximum(known[:, 0], 0.0)
+        started = np.array([j.started_s for j in jobs], dtype=np.float64)
+        remaining = known[:, 1] - now
+        keys = (np.array([j.job.job_id for j in jobs], dtype=str), np.where(np.isnan(remaining), 0.0, -remaining),
+                now - started, gpus * np.maximum(now - started, 0.0))
+        found = state.ranked[group] = [jobs[i] for i in np.lexsort(keys).tolist()]
+    return found

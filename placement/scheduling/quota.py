@@ -43,6 +43,8 @@ class QuotaBook:
 
     queues: QueueSet
     usage: dict[str, dict[str, float]] = field(default_factory=dict)
+    version: int = 0
+    """Counts the changes (:meth:`add`): what was worked out from the book holds while it stays."""
 
     def copy(self) -> QuotaBook:
         return QuotaBook(self.queues, {q: dict(u) for q, u in self.usage.items()})
@@ -54,6 +56,7 @@ class QuotaBook:
         usage = self.usage.setdefault(queue, {})
         for key, amount in demand.items():
             usage[key] = usage.get(key, 0.0) + sign * amount
+        self.version += 1
 
     def idle(self, queue: str, key: str) -> float:
         """Idle guarantee of ``key`` in queue ``queue``'s cohort tree: sum of (g - u) over its members."""

@@ -1,13 +1,19 @@
 """The state one scheduling cycle changes as it decides: the snapshot with the plan so far applied, the
 quota book, the jobs still running and when each is estimated to end, the reservations held, and the
-plan's parts. Private to the cycle; nothing here outlives one call of ``schedule``.
+plan's parts. Private to the cycle; nothing here outlives one call of ``schedule`` (what the memos of
+``placement.scheduling.memo`` and the indexes of ``placement.scheduling.screen`` keep is worked out
+from its inputs alone).
+
+``version`` counts the changes a later decision could see (a start, a preemption, a reservation held):
+decisions remembered at one version hold while it stays.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from heapq import heappush
 from types import MappingProxyType
 
 from placement.model.decision import Decision
@@ -16,10 +22,20 @@ from placement.model.feasibility import violations
 from placement.model.snapshot import Allocation, ClusterSnapshot, apply, release
 from placement.online.policies import OnlinePolicy
 from placement.scheduling.jobs import JobMode, PendingJob, RunningJob
-from placement.scheduling.plan import Plan, PlannedStart, Preemption, PreemptReason, Reservation, WaitingJob, WaitReason
+from placement.scheduling.memo import Outcomes, running_facts, told
+from placement.scheduling.plan import (
+    Plan,
+    PlannedStart,
+    Preemption,
+    PreemptReason,
+    Reservation,
+    WaitingJob,
+    WaitReason,
+)
 from placement.scheduling.queues import QueueSet
-from placement.scheduling.quota import QuotaBook
+from placement.scheduling.quota import Admission, QuotaBook
 from placement.scheduling.resources import demand_of
+from placement.scheduling.screen import Screen
 from placement.scheduling.settings import SchedulingSettings
 
 
@@ -61,27 +77,87 @@ class CycleState:
     waiting: dict[str, WaitingJob] = field(default_factory=dict)
     failed: dict[tuple[object, ...], Decision] = field(default_factory=dict)
     """Placements that failed, by job shape and state: an identical job fails the same way."""
+    screen: Screen | None = None
+    """Where set, placements known to fail are not asked for, and jobs alike are decided once per version."""
+    version: int = 0
+    outcomes: Outcomes = field(default_factory=Outcomes)
+    """The waits given per class of jobs at ``version`` (with ``screen`` only)."""
+    victim_groups: dict[str | None, list[RunningJob]] | None = None
+    """The running jobs preemption may take, by queue (``placement.scheduling.preemption``)."""
+    ranked: dict[str | None, list[RunningJob]] = field(default_factory=dict)
+    """Those of ``victim_groups`` in the order preemption takes them, per group once worked out."""
+    ending: list[tuple[float, str]] | None = None
+    """A heap of (end, id) of ``ends`` with a finite estimate, once made (``placement.scheduling.forecast``):
+    jobs that start are pushed; preempted ones stay, passed over where read."""
+    opportunistic: list[str] = field(default_factory=list)
+    """The running opportunistic jobs, as given."""
+    admissions: dict[tuple[int, str, int], Admission] = field(default_factory=dict)
+    """What the book said of a queue and job shape, by the book's version."""
+    typed: dict[str, bool] = field(default_factory=dict)
+    """Whether a queue's quota names GPU types (worked out when first asked)."""
+    probes: dict[Hashable, object] = field(default_factory=dict)
+    """What is worked out once per generation of ``working``, keyed with it (victim candidates and their
+    probes, ``placement.scheduling.preemption``), or once per cycle (a reservation's machines)."""
+    cache: dict[Hashable, object] = field(default_factory=dict)
+    """What is worked out once per version (the working state fenced by the reservations, each reservation's
+    forecast with its place taken); emptied by :meth:`changed`."""
+
+    def changed(self) -> None:
+        """Something a later decision could see changed: what was remembered at the last version is stale."""
+        self.version += 1
+        self.cache.clear()
+
+    def decide(self, snapshot: ClusterSnapshot, job: Job, stream: Hashable) -> Decision:
+        """``place(snapshot, job)``; with ``screen``, not asked where the machines lack room for the job
+        (``stream`` names the succession of snapshots ``snapshot`` belongs to, see ``placement.scheduling.screen``)."""
+        if self.screen is not None and self.screen.fits_nowhere(stream, snapshot, job):
+            return self.screen.unplaced(snapshot, job)
+        return self.place(snapshot, job)
 
     @staticmethod
     def begin(snapshot: ClusterSnapshot, running: Sequence[RunningJob], queues: QueueSet, now: float,
-              place: OnlinePolicy, settings: SchedulingSettings) -> CycleState:
+              place: OnlinePolicy, settings: SchedulingSettings, shortcuts: bool = True) -> CycleState:
         book = QuotaBook(queues)
-        by_id, counted, ends = {}, set(), {}
-        for job in running:
-            allocation = snapshot.allocations.get(job.job_id)
+        by_id: dict[str, RunningJob] = {}
+        counted: set[str] = set()
+        ends: dict[str, float] = {}
+        opportunistic: list[str] = []
+        groups: dict[str | None, list[RunningJob]] = {}  # preemption's candidates, by queue
+        allocations = dict(snapshot.allocations.items())  # one pass over the persistent map, then plain lookups
+        known, usage, layout = queues.queues, book.usage, snapshot.layout
+        guaranteed, lent = JobMode.GUARANTEED, JobMode.OPPORTUNISTIC
+        for job in running:  # thousands run: the loop is kept lean
+            job_id = job.job.job_id
+            allocation = allocations.get(job_id)
             if allocation is None:
-                raise ValueError(f"running job {job.job_id!r} holds no allocation in the snapshot")
-            by_id[job.job_id] = job
-            if job.mode is JobMode.GUARANTEED:
-                ends[job.job_id] = job.estimated_end_s()
-                if job.queue in queues:
-                    book.add(job.queue, demand_of(job.job, allocation, snapshot.layout))
-                    counted.add(job.job_id)
-        return CycleState(snapshot.generation, now, queues, place, settings, snapshot, book, by_id, counted, ends)
+                raise ValueError(f"running job {job_id!r} holds no allocation in the snapshot")
+            by_id[job_id] = job
+            mode = job.mode
+            if mode is lent:
+                opportunistic.append(job_id)
+                groups.setdefault(None, []).append(job)
+            elif mode is guaranteed:
+                demand, ends[job_id] = running_facts(job, allocation, layout)
+                queue = job.queue
+                if queue in known:
+                    used = usage.get(queue)
+                    if used is None:
+                        used = usage[queue] = {}
+                    for key, amount in demand.items():  # as book.add, in the same order: the same sums
+                        used[key] = used.get(key, 0.0) + amount
+                    counted.add(job_id)
+                    groups.setdefault(queue, []).append(job)
+        screen = Screen(snapshot.layout, place) if shortcuts else None
+        return CycleState(snapshot.generation, now, queues, place, settings, snapshot, book, by_id, counted, ends,
+                          screen=screen, opportunistic=opportunistic, victim_groups=groups)
+
+    def hold(self, held: Held) -> None:
+        self.held.append(held)
+        self.changed()
 
     def wait(self, job: PendingJob, reason: WaitReason, details: Sequence[str] = (),
              at_s: float | None = None) -> None:
-        self.waiting[job.job_id] = WaitingJob(job.job_id, job.queue, reason, tuple(details), at_s)
+        self.waiting[job.job_id] = told(job.job_id, job.queue, reason, tuple(details), at_s)
 
     def start(self, job: PendingJob, decision: Decision, mode: JobMode, borrows: bool = False) -> None:
         allocation = decision.allocation
@@ -91,13 +167,16 @@ class CycleState:
         if mode is JobMode.GUARANTEED:
             self.book.add(job.queue, demand_of(job.job, allocation, self.working.layout))
             expected = job.estimate.expected_s
-            self.ends[job.job_id] = self.now + expected if not math.isnan(expected) else math.inf
+            end = self.ends[job.job_id] = self.now + expected if not math.isnan(expected) else math.inf
+            if self.ending is not None and math.isfinite(end):
+                heappush(self.ending, (end, job.job_id))
             cautious = job.estimate.cautious_s
             end = self.now + cautious if not math.isnan(cautious) else math.inf
             for held in self.held:
                 if end > held.reservation.at_s:
                     held.future = apply(held.future, allocation)
         self.starts.append(PlannedStart(job.job_id, job.queue, decision, mode, borrows))
+        self.changed()
 
     def preempt(self, victim: RunningJob, reason: PreemptReason, for_job: str) -> None:
         allocation = self.working.allocations[victim.job_id]
@@ -110,6 +189,7 @@ class CycleState:
         for held in self.held:
             held.future = release(held.future, victim.job_id)
         self.preemptions.append(Preemption(victim.job_id, victim.queue, reason, for_job, victim.lost_gpu_s(self.now)))
+        self.changed()
 
     def plan(self) -> Plan:
         usage = MappingProxyType({q: MappingProxyType(dict(u)) for q, u in sorted(self.book.usage.items())})

@@ -1,0 +1,107 @@
+"""A necessary condition for preemption to let a job start, cheap next to trying victim after victim.
+
+``find_victims`` takes the candidates cheapest first and asks, after each one gone, whether the job fits
+around the reservations (``placement.scheduling.forecast.place_around``): placed on the snapshot fenced
+by every reservation, or placed anywhere where it delays no reservation due before it may end. Taking
+victims away only frees capacity, so with every candidate gone (the snapshot ``S``) the job has at least
+the room any trial gives it. On ``S`` it fits around the reservations only if, for each of its demands,
+the machines have room for all its instances of that demand (the filters' count per machine, as in
+``placement.scheduling.screen``)
+
+* on ``S`` fenced by the reservations; or
+* on ``S`` and, machine by machine at the same time, beside each reservation ``R`` due before the job may
+  end: on ``R``'s forecast (without the candidates) with ``R``'s place taken. Instances that do not fit
+  there delay ``R``: the forecast holds no more than ``S``, so ``R``'s place is what they would run into.
+
+Where neither holds, no trial can succeed and none is asked of the placement policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+from placement.model.demand import Job
+from placement.model.layout import frozen
+from placement.model.snapshot import Allocation, ClusterSnapshot
+from placement.scheduling.forecast import fenced
+from placement.scheduling.future import Taken
+from placement.scheduling.jobs import RunningJob
+from placement.scheduling.screen import needs_of
+from placement.scheduling.state import CycleState
+
+TRIAL_STREAMS = ("trial", "trial-fenced")
+"""The screen's streams of a preemption trial's snapshots and of them fenced."""
+
+
+class _Probe:
+    """The snapshots :func:`could_start` reads for one list of candidates on one working state, each worked
+    out when first read: the working state without the candidates, it fenced by the reservations held, and
+    each reservation's forecast without them, with its own place taken. A reservation held keeps its
+    forecast until a job starts, which changes the working state's generation, so the probe lasts as long
+    as the generation (reservations are only added meanwhile)."""
+
+    def __init__(self, state: CycleState, candidates: Sequence[RunningJob]) -> None:
+        self.state = state
+        self.gone = [state.working.allocations[v.job_id] for v in candidates]
+        self.snapshot = without(state.working, self.gone, state.probes)
+        self._fenced: dict[int, ClusterSnapshot] = {}
+        self._futures: dict[int, ClusterSnapshot] = {}
+
+    def fenced(self) -> ClusterSnapshot:
+        held = self.state.held
+        found = self._fenced.get(len(held))
+        if found is None:
+            found = self._fenced[len(held)] = fenced(self.snapshot, (h.reservation.allocation for h in held))
+        return found
+
+    def future(self, i: int) -> ClusterSnapshot:
+        found = self._futures.get(i)
+        if found is None:
+            held = self.state.held[i]
+            gone = [a for a in self.gone if a.job_id in held.future.allocations]
+            found = self._futures[i] = fenced(without(held.future, gone), [held.reservation.allocation])
+        return found
+
+
+def could_start(state: CycleState, key: Hashable, job: Job, end_s: float,
+                candidates: Sequence[RunningJob]) -> bool:
+    """Whether preempting some of ``candidates`` could let ``job`` start now around the reservations
+    (``False``: no trial of ``find_victims`` can succeed). ``key`` names the candidates (with the working
+    state's generation) and the screen's streams to use."""
+    screen = state.screen
+    assert screen is not None  # only asked where the cycle screens
+    probe = state.probes.get((key, state.working.generation))
+    if not isinstance(probe, _Probe):
+        probe = state.probes[(key, state.working.generation)] = _Probe(state, candidates)
+    if screen.fits_nowhere((key, "S"), probe.snapshot, job):
+        return False
+    if not state.held or not screen.fits_nowhere((key, "fenced"), probe.fenced(), job):
+        return True
+    due = [i for i, h in enumerate(state.held) if end_s > h.reservation.at_s]
+    for need, count in needs_of(job):
+        room = screen.stream((key, "S")).room(probe.snapshot, need).copy()
+        for i in due:
+            np.minimum(room, screen.stream((key, "held", i)).room(probe.future(i), need), out=room)
+        if int(room.sum()) < count:
+            return False
+    return True
+
+
+def without(snapshot: ClusterSnapshot, allocations: Sequence[Allocation],
+            kept: dict[Hashable, object] | None = None) -> ClusterSnapshot:
+    """``snapshot``'s usage less ``allocations`` (each held there): a probe for the filters, which read the
+    usage alone; its ``allocations`` map is left as it was. ``kept``: where to keep what the allocations
+    take, gathered into arrays, for the next call with the same ones."""
+    key = ("gathered", tuple(a.job_id for a in allocations))
+    found = kept.get(key) if kept is not None else None
+    taken = found if isinstance(found, Taken) else Taken(allocations)
+    if kept is not None:
+        kept[key] = taken
+    arrays = [snapshot.gpu_milli_used.copy(), snapshot.gpu_mem_used.copy(), snapshot.cpu_used.copy(),
+              snapshot.mem_used.copy()]
+    taken.take_from(arrays)
+    assert all(int(a.min(initial=0)) >= 0 for a in arrays), "an allocation taken away that was not held"
+    return ClusterSnapshot(snapshot.cluster, snapshot.generation, frozen(arrays[0]), frozen(arrays[1]),
+                           frozen(arrays[2]), frozen(arrays[3]), snapshot.allocations)
