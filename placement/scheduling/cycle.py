@@ -256,8 +256,8 @@ def _place(state: CycleState, job: Job, end_s: float) -> tuple[Decision, str | N
     """``place_around`` the reservations, remembering failures: an identical job fails the same way."""
     key = (shape_key(job), state.working.generation, len(state.held))
     failed = state.failed.get(key)
-    if failed is not None:
-        return replace(failed, job_id=job.job_id), None
+    if failed is not None:  # screened, the failure's job id is not read: kept as it is
+        return (failed if state.screen is not None else replace(failed, job_id=job.job_id)), None
     decision, blocker = place_around(state, state.working, job, end_s)
     if decision.allocation is None and blocker is None:
         state.failed[key] = decision

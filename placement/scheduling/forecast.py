@@ -23,7 +23,7 @@ place it could take delays the same one (:func:`_certain_blocker`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from heapq import heapify, heappop
 
 import numpy as np
@@ -66,11 +66,14 @@ def fenced(snapshot: ClusterSnapshot, allocations: Iterable[Allocation]) -> Clus
 
 def place_around(state: CycleState, snapshot: ClusterSnapshot, job: Job, end_s: float,
                  futures: Sequence[ClusterSnapshot] | None = None,
-                 streams: tuple[str, str] = (WORKING, FENCED)) -> tuple[Decision, str | None]:
+                 streams: tuple[str, str] = (WORKING, FENCED),
+                 beside: Beside | None = None) -> tuple[Decision, str | None]:
     """``job`` decided on ``snapshot`` so that no reservation is delayed, and the reserved job in its way
     when it fits only by delaying one. ``futures``: each reservation's forecast as this attempt sees it
     (without the running jobs it preempts; the reservations' own by default). ``streams``: the screen's
-    streams of ``snapshot`` and of it fenced (``placement.scheduling.screen``)."""
+    streams of ``snapshot`` and of it fenced (``placement.scheduling.screen``). ``beside``: reservation
+    ``i``'s forecast with its place taken, or one holding no more (with ``futures`` given; the screen's
+    stream of it with it), for :func:`_certain_blocker`."""
     if not state.held:
         return state.decide(snapshot, job, streams[0]), None
     if state.screen is not None and state.screen.fits_nowhere(streams[0], snapshot, job):
@@ -79,8 +82,8 @@ def place_around(state: CycleState, snapshot: ClusterSnapshot, job: Job, end_s: 
     around = state.decide(fenced_by_reservations(state, snapshot), job, streams[1])
     if around.placed:
         return around, None
-    if futures is None and state.screen is not None:
-        blocker = _certain_blocker(state, snapshot, job, end_s, streams[0])
+    if state.screen is not None and (futures is None or beside is not None):
+        blocker = _certain_blocker(state, snapshot, job, end_s, streams[0], beside or _beside)
         if blocker is not None:
             return around, blocker
     anywhere = state.decide(snapshot, job, streams[0])
@@ -93,7 +96,8 @@ def place_around(state: CycleState, snapshot: ClusterSnapshot, job: Job, end_s: 
     return anywhere, None
 
 
-def _certain_blocker(state: CycleState, snapshot: ClusterSnapshot, job: Job, end_s: float, stream: str) -> str | None:
+def _certain_blocker(state: CycleState, snapshot: ClusterSnapshot, job: Job, end_s: float, stream: str,
+                     beside: Beside) -> str | None:
     """The reserved job that a job of one task, which fits ``snapshot`` but not it fenced, would delay
     wherever the policy put it; ``None`` where that is not certain (the policy is then asked where it goes).
 
@@ -103,8 +107,8 @@ def _certain_blocker(state: CycleState, snapshot: ClusterSnapshot, job: Job, end
     delayed, if any is: an instance on ``m`` delays no reservation that does not hold ``m``. And it does
     delay ``R`` whatever GPUs it takes there where ``m`` has no room for it beside ``R``'s place in ``R``'s
     forecast (the forecast holds no more than ``snapshot``; every GPU has memory, so the filters' verdict on
-    one machine is feasibility's). So where every machine with room names the same ``R`` that way, ``R``
-    blocks the job."""
+    one machine is feasibility's), which it has not where it has none in a forecast holding no more
+    (``beside``). So where every machine with room names the same ``R`` that way, ``R`` blocks the job."""
     screen = state.screen
     needs = needs_of(job)
     if screen is None or len(job.tasks) != 1 or not screen.memory_everywhere:
@@ -123,7 +127,8 @@ def _certain_blocker(state: CycleState, snapshot: ClusterSnapshot, job: Job, end
         first = next((i for i in due if m in _held_machines(state, i)), None)
         if first is None or (blocker is not None and first != blocker):
             return None
-        if screen.stream(("beside", first)).passing(_beside(state, first), need)[m]:
+        key, forecast = beside(state, first)
+        if screen.stream(key).passing(forecast, need)[m]:
             return None
         blocker = first
     return None if blocker is None else state.held[blocker].reservation.job_id
@@ -142,17 +147,22 @@ def _held_machines(state: CycleState, i: int) -> set[int]:
     return found
 
 
-def _beside(state: CycleState, i: int) -> ClusterSnapshot:
-    """Reservation ``i``'s forecast with its own place taken (until a start changes the forecast)."""
+def _beside(state: CycleState, i: int) -> tuple[Hashable, ClusterSnapshot]:
+    """Reservation ``i``'s forecast with its own place taken (until a start changes the forecast), and the
+    screen's stream of it."""
     held = state.held[i]
     key = ("beside", i)
     kept = state.cache.get(key)
     if isinstance(kept, tuple) and kept[0] is held.future:
         found: ClusterSnapshot = kept[1]
-        return found
+        return key, found
     found = fenced(held.future, [held.reservation.allocation])
     state.cache[key] = (held.future, found)
-    return found
+    return key, found
+
+
+Beside = Callable[[CycleState, int], tuple[Hashable, ClusterSnapshot]]
+"""Reservation ``i``'s forecast with its place taken (or one holding no more), and the screen's stream of it."""
 
 
 def fenced_by_reservations(state: CycleState, snapshot: ClusterSnapshot) -> ClusterSnapshot:

@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from placement.model.decision import Decision
 from placement.model.demand import Job
 from placement.model.snapshot import ClusterSnapshot, apply, release
-from placement.scheduling.forecast import place_around, totals_cover
+from placement.scheduling.forecast import fenced, place_around, totals_cover
 from placement.scheduling.jobs import JobMode, PendingJob, RunningJob
 from placement.scheduling.memo import facts_of, gpus_and_end
 from placement.scheduling.plan import PreemptReason
@@ -71,6 +71,16 @@ class _Trial:
     snapshot: ClusterSnapshot
     book: QuotaBook
     futures: list[ClusterSnapshot]
+    _beside: dict[int, tuple[ClusterSnapshot, ClusterSnapshot]] = field(default_factory=dict)
+
+    def beside(self, state: CycleState, i: int) -> tuple[Hashable, ClusterSnapshot]:
+        """Reservation ``i``'s forecast in this trial with its place taken (``forecast._certain_blocker``),
+        made again only when the trial's victims change."""
+        future = self.futures[i]
+        kept = self._beside.get(i)
+        if kept is None or kept[0] is not future:
+            kept = self._beside[i] = (future, fenced(future, [state.held[i].reservation.allocation]))
+        return ("trial-beside", i), kept[1]
 
     def remove(self, victim: RunningJob) -> None:
         self._count(victim, -1)
@@ -95,7 +105,9 @@ class _Trial:
         queue = self.pending.queue
         if not self.book.admission(queue, demand_of(self.job)).admitted or not totals_cover(self.snapshot, self.job):
             return None
-        decision, _ = place_around(self.state, self.snapshot, self.job, self.end_s, self.futures, TRIAL_STREAMS)
+        beside = self.beside if self.state.screen is not None else None
+        decision, _ = place_around(self.state, self.snapshot, self.job, self.end_s, self.futures, TRIAL_STREAMS,
+                                   beside)
         if decision.allocation is None:
             return None
         admission = self.book.admission(queue, demand_of(self.job, decision.allocation, self.snapshot.layout))

@@ -189,7 +189,8 @@ class Screen:
         """Every GPU has memory: then a GPU share fits where the filters say (they also want memory)."""
         self.terse: bool | None = None
         """Whether the policy answers a failure without reasons (``None`` until one failure was asked)."""
-        self._name = ""
+        self._failure: Decision | None = None
+        """The made-up answer for a policy that explains nothing (shared: thousands fail each cycle)."""
         with _kept_lock:  # a caller at a time: the indexes change as they are asked
             found = next((k for k, (kept, _) in enumerate(_kept) if kept is layout), None)
             self.streams = _kept.pop(found)[1] if found is not None else {}
@@ -217,10 +218,11 @@ class Screen:
     def unplaced(self, snapshot: ClusterSnapshot, job: Job) -> Decision:
         """The policy's answer for ``job``, which fits nowhere on ``snapshot``: made up where the policy is
         known to explain nothing, else asked (the first failure of a cycle tells which it is)."""
-        if self.terse:
-            return Decision(job.job_id, self._name, Verdict.UNSCHEDULABLE_NOW, snapshot.generation, score=NO_SCORE)
+        if self._failure is not None:
+            return self._failure
         decision = self.policy(snapshot, job)
         if self.terse is None and decision.allocation is None:
             self.terse = not decision.reasons and not decision.score and decision.verdict is Verdict.UNSCHEDULABLE_NOW
-            self._name = decision.policy
+            if self.terse:  # one answer for every later failure: where a failure is used, its id is not read
+                self._failure = Decision("", decision.policy, Verdict.UNSCHEDULABLE_NOW, -1, score=NO_SCORE)
         return decision
