@@ -45,6 +45,37 @@ def depth_labels(edges: Sequence[int] = DEFAULT_DEPTH_EDGES) -> list[str]:
     return [*labels, f">{edges[-1] - 1}"]
 
 
+def depth_buckets(matrix: FloatArray, depth_index: int, edges: Sequence[int]) -> np.ndarray:
+    """Each row's history-depth bucket (the number of ``edges`` at or below its depth)."""
+    depth = np.nan_to_num(matrix[:, depth_index], nan=0.0)
+    buckets: np.ndarray = np.searchsorted(np.asarray(edges), depth, side="right")
+    return buckets
+
+
+def per_bucket(choose: Any, buckets: np.ndarray, count: int, min_rows: int) -> FloatArray:
+    """``choose(mask)`` per bucket, or over all rows where a bucket has fewer than ``min_rows``."""
+    overall = choose(np.ones(len(buckets), dtype=bool))
+    return np.array([choose(buckets == b) if (buckets == b).sum() >= min_rows else overall for b in range(count)])
+
+
+def history_mean(matrix: FloatArray, indexes: Sequence[int], fallback: FloatArray) -> FloatArray:
+    """The first known of the history-mean columns ``indexes`` per row (at least 0), else ``fallback``."""
+    found = np.full(len(matrix), np.nan)
+    for index in indexes:
+        found = np.where(np.isnan(found), matrix[:, index], found)
+    return np.where(np.isnan(found), fallback, np.maximum(found, 0.0))
+
+
+def mean_weights(y: FloatArray, y50: FloatArray, history: FloatArray, buckets: np.ndarray, count: int,
+                 min_rows: int) -> FloatArray:
+    """Per bucket, the weight of ``y50`` against the history mean whose blend has the least squared error."""
+    def best(mask: np.ndarray) -> float:
+        errors = [np.mean((w * y50[mask] + (1 - w) * history[mask] - y[mask]) ** 2) for w in WEIGHTS]
+        return float(WEIGHTS[int(np.argmin(errors))])
+
+    return per_bucket(best, buckets, count, min_rows)
+
+
 class CalibratedEstimator:
     """LightGBM or random forest, blended with a history baseline per depth bucket, P90 calibrated."""
 
@@ -122,24 +153,13 @@ class CalibratedEstimator:
         return np.where(np.isnan(raw), self.fallback_, np.log1p(np.maximum(raw, 0.0)))
 
     def _history_mean(self, matrix: FloatArray, fallback: FloatArray) -> FloatArray:
-        found = np.full(len(matrix), np.nan)
-        for index in self.mean_index_:
-            found = np.where(np.isnan(found), matrix[:, index], found)
-        return np.where(np.isnan(found), fallback, np.maximum(found, 0.0))
+        return history_mean(matrix, self.mean_index_, fallback)
 
     def _mean_weights(self, y: FloatArray, y50: FloatArray, history: FloatArray, buckets: np.ndarray) -> FloatArray:
-        def best(mask: np.ndarray) -> float:
-            errors = [np.mean((w * y50[mask] + (1 - w) * history[mask] - y[mask]) ** 2) for w in WEIGHTS]
-            return float(WEIGHTS[int(np.argmin(errors))])
-
-        overall = best(np.ones(len(y), dtype=bool))
-        return np.array([best(buckets == b) if (buckets == b).sum() >= self.min_bucket_rows else overall
-                         for b in range(len(self.depth_edges) + 1)])
+        return mean_weights(y, y50, history, buckets, len(self.depth_edges) + 1, self.min_bucket_rows)
 
     def _buckets(self, matrix: FloatArray) -> np.ndarray:
-        depth = np.nan_to_num(matrix[:, self.depth_index_], nan=0.0)
-        buckets: np.ndarray = np.searchsorted(np.asarray(self.depth_edges), depth, side="right")
-        return buckets
+        return depth_buckets(matrix, self.depth_index_, self.depth_edges)
 
     def _calibrate(self, z: FloatArray, p50: FloatArray, spread: FloatArray, base: FloatArray,
                    buckets: np.ndarray) -> tuple[FloatArray, FloatArray]:

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 from sklearn.ensemble import RandomForestRegressor
 
-from models.calibrated import DEFAULT_DEPTH_EDGES, WEIGHTS
+from models.calibrated import DEFAULT_DEPTH_EDGES, WEIGHTS, depth_buckets, history_mean, mean_weights, per_bucket
 from models.prediction import FloatArray, Prediction
 from models.protocol import check_fitted
 
@@ -197,15 +197,11 @@ class ResidualEstimator:
         return np.maximum(np.where(np.isnan(raw), self.default_scale_, raw), MIN_SCALE)
 
     def _buckets(self, matrix: FloatArray) -> np.ndarray:
-        depth = np.nan_to_num(matrix[:, self.depth_index_], nan=0.0)
-        buckets: np.ndarray = np.searchsorted(np.asarray(self.depth_edges), depth, side="right")
-        return buckets
+        return depth_buckets(matrix, self.depth_index_, self.depth_edges)
 
     def _by_bucket(self, choose: Any, buckets: np.ndarray) -> FloatArray:
         """``choose(mask)`` per depth bucket, or over all rows where a bucket has too few."""
-        overall = choose(np.ones(len(buckets), dtype=bool))
-        return np.array([choose(buckets == b) if (buckets == b).sum() >= self.min_bucket_rows else overall
-                         for b in range(len(self.depth_edges) + 1)])
+        return per_bucket(choose, buckets, len(self.depth_edges) + 1, self.min_bucket_rows)
 
     def _blend_weights(self, z: FloatArray, rule: FloatArray, corrections: FloatArray,
                        buckets: np.ndarray) -> tuple[FloatArray, FloatArray]:
@@ -221,14 +217,7 @@ class ResidualEstimator:
         return chosen[:, 0].copy(), chosen[:, 1].copy()
 
     def _history_mean(self, matrix: FloatArray, fallback: FloatArray) -> FloatArray:
-        found = np.full(len(matrix), np.nan)
-        for index in self.mean_index_:
-            found = np.where(np.isnan(found), matrix[:, index], found)
-        return np.where(np.isnan(found), fallback, np.maximum(found, 0.0))
+        return history_mean(matrix, self.mean_index_, fallback)
 
     def _mean_weights(self, y: FloatArray, y50: FloatArray, history: FloatArray, buckets: np.ndarray) -> FloatArray:
-        def best(mask: np.ndarray) -> float:
-            errors = [np.mean((w * y50[mask] + (1 - w) * history[mask] - y[mask]) ** 2) for w in WEIGHTS]
-            return float(WEIGHTS[int(np.argmin(errors))])
-
-        return self._by_bucket(best, buckets)
+        return mean_weights(y, y50, history, buckets, len(self.depth_edges) + 1, self.min_bucket_rows)
