@@ -9,9 +9,6 @@ from functools import partial
 from typing import Any
 
 import httpx
-from pydantic import ValidationError
-
-from service.problems import ProblemOut
 
 _LOCATIONS = ("body", "query", "path", "header", "cookie")
 _NAMED = re.compile(r"^(?:Value error, )?([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*): ")
@@ -44,27 +41,28 @@ class ApiError(ClientError):
 
     @classmethod
     def of(cls, response: httpx.Response) -> ApiError:
-        """The error ``response`` says (its body a :class:`~service.problems.ProblemOut`, or anything else)."""
+        """The error ``response`` says (its body RFC 9457 problem details, :class:`~service.problems.ProblemOut`,
+        or anything else)."""
         text = response.text
         title = response.reason_phrase or httpx.codes.get_reason_phrase(response.status_code) or "error"
         detail, field, errors = text.strip() or title, None, []
         try:
-            problem = ProblemOut.model_validate_json(text)
-        except ValidationError:  # not a problem body: a 503 from /readyz, a proxy's page
-            problem = None
-        if problem is not None:
             body = json.loads(text)
+        except ValueError:  # not a problem body: a 503 from /readyz, a proxy's page
+            body = None
+        if isinstance(body, dict) and isinstance(body.get("detail"), str | list):
             if isinstance(body.get("title"), str):
                 title = body["title"]
-            if isinstance(problem.detail, str):
-                detail = problem.detail
-                field = _named(detail) if response.status_code == 422 else None
-            else:
-                errors = problem.detail
+            listed = body.get("errors") if isinstance(body.get("errors"), list) else body["detail"]
+            if isinstance(listed, list):  # one entry per refused field (``detail`` a list: servers before RFC 9457)
+                errors = [entry for entry in listed if isinstance(entry, dict)]
                 lines = [(_field(entry.get("loc")) or _named(str(entry.get("msg", ""))), entry.get("msg", ""))
                          for entry in errors]
                 field = next((name for name, _ in lines if name), None)
                 detail = "; ".join(f"{name}: {msg}" if name else str(msg) for name, msg in lines) or title
+            else:
+                detail = body["detail"]
+                field = _named(detail) if response.status_code == 422 else None
         request = response.request
         return cls(response.status_code, title, detail, field=field, errors=errors, method=request.method,
                    url=str(request.url), text=text)

@@ -47,7 +47,7 @@ from service.k8s.extender import router as k8s_router
 from service.k8s.gang import Gangs
 from service.k8s.listener import PREFIX as EXTENDER_PREFIX
 from service.openapi import linked, operation_id
-from service.problems import ANYWHERE, problems
+from service.problems import ANYWHERE, problem, problems
 from service.runtime import ReadRuntime, Runtime, RuntimeDep, WriteRuntime
 from service.settings import Settings
 from service.store import Refused, Replace, Replaced, open_store
@@ -181,7 +181,7 @@ class LimitsAndMetrics:
 
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
-        reply = JSONResponse({"detail": f"request body too large: limit {limit} bytes"}, status_code=413)
+        reply = problem(413, f"request body too large: limit {limit} bytes")
         await reply(scope, receive, send)
 
     async def _read_at_most(self, receive: Receive, limit: int) -> bytes | None:

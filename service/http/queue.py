@@ -32,7 +32,7 @@ from service.http.responses import (
 )
 from service.http.schemas import EventsQuery, JobId, JobsQuery, QueuesIn, SubmitIn
 from service.openapi import JOB_ID, linked, operation_id
-from service.problems import ANYWHERE, PROBLEMS, problems
+from service.problems import ANYWHERE, MEDIA_TYPE, PROBLEMS, problems
 from service.runtime import ReadRuntime, Runtime, WriteRuntime
 from service.store import (
     CANCELLED,
@@ -131,7 +131,7 @@ async def cancel_job(job_id: JobId, rt: WriteRuntime) -> CancelledOut:
 
 # a router of its own: the others' error answers would be documented in the stream's media type
 _streams = APIRouter(prefix="/v1", tags=["queue"], generate_unique_id_function=operation_id)
-_JSON_PROBLEM = {"application/json": {"schema": {"$ref": "#/components/schemas/ProblemOut"}}}
+_JSON_PROBLEM = {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/ProblemOut"}}}
 
 
 @_streams.get("/jobs/{job_id}/events", response_class=EventStream, responses={

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from service.problems import problem
 from service.runtime import CLIENT_CERTIFIED
 from service.settings import Settings
 
@@ -28,10 +29,7 @@ class ExtenderOnly:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not scope["path"].startswith(PREFIX):
-            await send({"type": "http.response.start", "status": 404,
-                        "headers": [(b"content-type", b"application/json")]})
-            await send({"type": "http.response.body",
-                        "body": b'{"detail":"this listener serves only /k8s/extender/"}'})
+            await problem(404, "this listener serves only /k8s/extender/")(scope, receive, send)
             return
         await self.app({**scope, CLIENT_CERTIFIED: True}, receive, send)
 

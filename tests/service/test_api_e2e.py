@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,35 @@ def test_openapi_describes_every_answer(server: Server) -> None:
     assert {"sources", "needs"} <= set(task["properties"])
     assert resolved(task["additionalProperties"]["anyOf"][0])["required"] == ["point", "p50", "p90"]
     assert "503" in spec["paths"]["/readyz"]["get"]["responses"]
+
+
+def test_errors_are_problem_details(server: Server) -> None:
+    """Every error answer is RFC 9457 problem details, and the OpenAPI document says so."""
+    answers = {
+        401: httpx.post(f"{server.url}/v1/place", json=job("problem-1")),
+        404: httpx.get(f"{server.url}/v1/jobs/no-such-job", headers=KEY),
+        413: httpx.post(f"{server.url}/v1/place", content=b"[" * (2 << 20),
+                        headers={**KEY, "Content-Type": "application/json"}),
+        422: httpx.post(f"{server.url}/v1/place", json=job("problem-2", -1.0), headers=KEY),
+    }
+    for status, answer in answers.items():
+        assert answer.status_code == status, answer.text
+        assert answer.headers["content-type"] == "application/problem+json", (status, answer.headers)
+        body = answer.json()
+        assert body["type"] == "about:blank" and body["status"] == status, body
+        assert body["title"] == httpx.codes.get_reason_phrase(status) and body["detail"], body
+    refused = answers[422].json()
+    assert refused["errors"][0]["loc"] == ["body", "tasks", 0, "gpu"], refused
+    assert refused["detail"].startswith("tasks.0.gpu: "), refused
+    spec = httpx.get(f"{server.url}/openapi.json").json()
+    problem_types = Counter()
+    for operations in spec["paths"].values():
+        for operation in operations.values():
+            for status, answer in operation["responses"].items():
+                for media_type, described in answer.get("content", {}).items():
+                    if described.get("schema", {}).get("$ref", "").endswith("/ProblemOut"):
+                        problem_types[(media_type, status.startswith(("4", "5")))] += 1
+    assert set(problem_types) == {("application/problem+json", True)} and problem_types.total() > 50, problem_types
 
 
 def test_mutating_endpoints_need_a_key(server: Server) -> None:

@@ -56,7 +56,8 @@ def with_number(body: dict[str, Any], path: str, number: str) -> str:
 
 def assert_refused(reply: httpx.Response, status: int = 422, naming: str | None = None) -> None:
     assert reply.status_code == status, reply.text
-    assert reply.headers["content-type"].startswith("application/json")
+    assert reply.headers["content-type"].startswith("application/problem+json")
+    assert reply.json()["status"] == status, reply.text
     if naming is not None:
         assert naming in reply.text, reply.text
 
