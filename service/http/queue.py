@@ -18,7 +18,7 @@ from fastapi import APIRouter, Header, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
-from placement import JobMode, QueueConfigError, queues_from_dict, queues_to_dict
+from placement import JobMode, Plan, QueueConfigError, queues_from_dict, queues_to_dict
 from service.http.jobs import estimate_async, job_to_place
 from service.http.responses import (
     AllocationOut,
@@ -180,9 +180,11 @@ def _queues_out(rt: Runtime) -> QueuesOut:
     waiting: dict[str, int] = {}
     for job in queued.pending:
         waiting[job.queue] = waiting.get(job.queue, 0) + 1
+    upcoming = next_starts(rt.planner(snapshot, queued)) if queued.pending else {}
     out = [QueueOut(name=q.name, order=q.order, cohort=q.cohort, quota=dict(q.guarantee),
                     borrowing_limit=dict(q.borrowing_limit), usage=dict(usage.get(q.name, {})),
-                    pending=waiting.pop(q.name, 0)) for q in queues.queues.values()]
+                    pending=waiting.pop(q.name, 0), next_start_in_s=upcoming.get(q.name, (None, None))[0],
+                    next_wait_reason=upcoming.get(q.name, (None, None))[1]) for q in queues.queues.values()]
     config = json.loads(queued.spec) if queued.spec is not None else DEFAULT_QUEUES
     return QueuesOut(configured=queued.spec is not None, queues=out, config=config, other_pending=waiting)
 
@@ -207,3 +209,16 @@ routes = [*router.routes, *_streams.routes]
 def wake_from_thread(rt: Runtime) -> None:
     """A scheduling pass, asked from a request's worker thread (after a new cluster spec)."""
     anyio.from_thread.run(rt.cycle.wake)
+
+
+def next_starts(plan: Plan) -> dict[str, tuple[float | None, str | None]]:
+    """Per queue with a job starting or waiting in ``plan``: in how many seconds its next job is estimated
+    to start, and why it waits. The plan lists each queue's waiting jobs in the order the pass took them,
+    so a queue's first one is the next it would start."""
+    out: dict[str, tuple[float | None, str | None]] = {start.queue: (0.0, None) for start in plan.starts}
+    for waiting in plan.waiting:
+        if waiting.queue not in out:
+            at_s = waiting.reservation_at_s
+            in_s = max(at_s - plan.now, 0.0) if at_s is not None and math.isfinite(at_s) else None
+            out[waiting.queue] = (in_s, waiting.reason.value)
+    return out

@@ -210,6 +210,14 @@ class QueueOut(_Answer):
     borrowing_limit: dict[str, float]
     usage: dict[str, float] = Field(description="what its guaranteed running jobs use, per resource")
     pending: int = Field(description="jobs waiting in it")
+    next_start_in_s: float | None = Field(
+        description="estimated seconds until its next waiting job starts: 0 if the scheduler would start one "
+                    "now, else the time its reservation comes due (when the running jobs in the reserved "
+                    "place are estimated to end, by their P50); null with nothing waiting or no reservation "
+                    "(see next_wait_reason)")
+    next_wait_reason: str | None = Field(
+        description="why its next job waits: over-quota, does-not-fit-now, waiting-for-reservation, "
+                    "would-delay-a-reservation, can-never-fit; null when nothing waits or it starts now")
 
 
 class QueuesOut(_Answer):

@@ -142,6 +142,9 @@ def test_quotas_are_kept_and_a_higher_priority_preempts(api: httpx.Client) -> No
     shown = {q["name"]: q for q in api.get("/v1/queues").json()["queues"]}
     assert shown["a"]["usage"]["gpus"] == 4 and shown["a"]["pending"] == 2 and shown["a"]["quota"] == {"gpus": 4}
     assert shown["b"]["usage"]["gpus"] == 4 and shown["b"]["pending"] == 0
+    # a's quota is taken by qa-urgent, whose end no estimate knows (no model registered here)
+    assert (shown["a"]["next_wait_reason"], shown["a"]["next_start_in_s"]) == ("over-quota", None)
+    assert (shown["b"]["next_wait_reason"], shown["b"]["next_start_in_s"]) == (None, None)  # nothing waits
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for family in text_string_to_metric_families(httpx.get(f"{api.base_url}/metrics").text)
                for s in family.samples}
