@@ -42,10 +42,13 @@ OPERATIONS: Mapping[str, Operation] = {
     "cancel_job": Operation("DELETE", "/v1/jobs/{job_id}", "cancel_job"),
     "job_events": Operation("GET", "/v1/jobs/{job_id}/events", "job_events"),
     "get_queues": Operation("GET", "/v1/queues", "get_queues"),
+    "get_waiting": Operation("GET", "/v1/queues/waiting", "get_waiting"),
     "put_queues": Operation("PUT", "/v1/queues", "set_queues"),
     "get_cluster": Operation("GET", "/v1/cluster", "get_cluster"),
+    "get_cluster_gpus": Operation("GET", "/v1/cluster/gpus", "get_cluster_gpus"),
     "put_cluster": Operation("PUT", "/v1/cluster", "load_cluster"),
     "get_models": Operation("GET", "/v1/models", "get_models"),
+    "get_model_error": Operation("GET", "/v1/models/error", "get_model_error"),
     "reload_models": Operation("POST", "/v1/models/reload", "reload_models"),
 }
 """The operation id of each operation the clients call, its method and path, and the method calling it."""

@@ -28,6 +28,7 @@ from gpuplace.client.operations import (
 from service.http.responses import (
     BatchOut,
     CancelledOut,
+    ClusterGpusOut,
     ClusterLoadedOut,
     ClusterOut,
     CompletedOut,
@@ -37,11 +38,13 @@ from service.http.responses import (
     JobOut,
     JobsOut,
     JobSummaryOut,
+    ModelErrorOut,
     ModelsOut,
     QueuesOut,
     ReadyOut,
     ReleasedOut,
     SubmittedOut,
+    WaitingOut,
 )
 
 if TYPE_CHECKING:
@@ -189,6 +192,10 @@ class Client:
         """``GET /v1/queues``: each queue's quota, borrowing limit, usage and pending jobs."""
         return self._send(Call("get_queues", QueuesOut))
 
+    def get_waiting(self) -> WaitingOut:
+        """``GET /v1/queues/waiting``: why each pending job waits, from a scheduling pass that commits nothing."""
+        return self._send(Call("get_waiting", WaitingOut))
+
     def set_queues(self, config: QueuesIn | Body) -> QueuesOut:
         """``PUT /v1/queues``: set the queue configuration (the shape of a queues YAML file)."""
         return self._send(Call("put_queues", QueuesOut, body=config))
@@ -199,6 +206,10 @@ class Client:
         """``GET /v1/cluster``: the cluster and its allocation, in total and per machine."""
         return self._send(Call("get_cluster", ClusterOut))
 
+    def get_cluster_gpus(self) -> ClusterGpusOut:
+        """``GET /v1/cluster/gpus``: every machine's GPUs with their allocated share, by job."""
+        return self._send(Call("get_cluster_gpus", ClusterGpusOut))
+
     def load_cluster(self, spec: ClusterIn | Body | str) -> ClusterLoadedOut:
         """``PUT /v1/cluster``: load a cluster spec, or a shipped cluster by its name (409 while running jobs
         would not fit it, unless the spec says ``force``)."""
@@ -207,6 +218,10 @@ class Client:
     def get_models(self) -> ModelsOut:
         """``GET /v1/models``: the model version answering and why it is degraded, if it is."""
         return self._send(Call("get_models", ModelsOut))
+
+    def get_model_error(self) -> ModelErrorOut:
+        """``GET /v1/models/error``: the recent error and drift of the estimates, per target and model version."""
+        return self._send(Call("get_model_error", ModelErrorOut))
 
     def reload_models(self) -> ModelsOut:
         """``POST /v1/models/reload``: load the version behind the alias now."""

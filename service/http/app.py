@@ -3,7 +3,8 @@
 Routes: ``/v1/predict``, ``/v1/place``, ``/v1/jobs/...`` (``service.http.jobs``); the queue,
 ``POST``/``GET /v1/jobs``, ``DELETE /v1/jobs/{id}``, its events and ``/v1/queues``
 (``service.http.queue``); ``/v1/cluster``,
-``/v1/models``, ``/healthz``, ``/readyz``, ``/metrics`` (here). Bad input is a 422 naming the field;
+``/v1/models``, ``/healthz``, ``/readyz``, ``/metrics`` (here); the dashboard at ``/ui/`` with the read
+endpoints it needs (``service.http.ui``). Bad input is a 422 naming the field;
 a request body above ``max_body_bytes`` (``extender_max_body_bytes`` on the extender's paths, whose
 NodeLists are large) a 413; domain conflicts a 409; never a 500 for bad input.
 """
@@ -43,6 +44,7 @@ from service.http.responses import (
     RefusedOut,
 )
 from service.http.schemas import ClusterIn
+from service.http.ui import routes as ui_routes
 from service.k8s.extender import router as k8s_router
 from service.k8s.gang import Gangs
 from service.k8s.listener import PREFIX as EXTENDER_PREFIX
@@ -131,7 +133,7 @@ def create_app(settings: Settings | None = None, rt: Runtime | None = None) -> F
     # every request searches through
     app = FastAPI(title="gpuplace", version=API_VERSION, lifespan=lifespan, telemetry=telemetry,
                   description="Resource estimates and placement of deep-learning jobs on a GPU cluster.",
-                  routes=[*jobs_router.routes, *queue_routes, *k8s_router.routes, *_router.routes])
+                  routes=[*jobs_router.routes, *queue_routes, *k8s_router.routes, *_router.routes, *ui_routes])
     app.add_middleware(LimitsAndMetrics, max_body=settings.max_body_bytes,
                        extender_max_body=settings.extender_max_body_bytes)
     errors.install(app)

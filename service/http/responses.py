@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from pydantic.json_schema import SkipJsonSchema
 
 from models.estimate import JobEstimate, Quantiles, TaskEstimate
-from placement import Verdict
+from placement import Verdict, WaitReason
 
 JobState = Literal["pending", "running", "released", "completed", "evicted", "cancelled"]
 
@@ -319,3 +319,82 @@ class ModelsOut(_Answer):
         "answers instead), until a version is swapped in or the alias is back on the one answering; "
         "the poller does not load it again, a reload request does"))
 
+
+class GpuShareOut(_Answer):
+    """What one running job holds of one GPU."""
+
+    gpu: int = Field(description="the GPU's index within its machine")
+    job_id: str
+    milli: int = Field(description="thousandths of the GPU (1000: all of it)")
+
+
+class MachineGpusOut(_Answer):
+    name: str
+    rack: str
+    domain: str
+    gpu_type: str
+    gpu_mem_gib: float = Field(description="the memory of one of its GPUs")
+    gpu_milli: list[int] = Field(description="per GPU, by index: the thousandths allocated (0 to 1000)")
+    gpu_mem_mib: list[int] = Field(description="per GPU, by index: the GPU memory allocated, MiB")
+    shares: list[GpuShareOut] = Field(description="who holds what of each GPU, by GPU index then job id")
+    jobs: list[str] = Field(description="the running jobs with an instance on it, GPUs or not, by id")
+    cpu_cores: float
+    cpu_cores_allocated: float
+    mem_gib: float
+    mem_gib_allocated: float
+
+
+class ClusterGpusOut(_Answer):
+    """Every GPU's allocation and the running jobs sharing it, machine by machine in the topology's order
+    (domain, rack, machine)."""
+
+    name: str
+    generation: int
+    running_jobs: int
+    machines: list[MachineGpusOut]
+
+
+class TargetErrorOut(_Answer):
+    """One target's recent error for one model version, against what the version measured on its holdout
+    at training (``null`` where the registry does not say: the heuristic, or a registry that is down)."""
+
+    target: str
+    model_version: str
+    jobs: int = Field(description="completed jobs with an estimate and a measurement of this target")
+    recent_male: float | None = Field(description="mean absolute log error of the point estimates")
+    recent_p90_coverage: float | None = Field(description="share of the jobs measured at or under their P90")
+    train_male: float | None
+    train_p90_coverage: float | None
+    male_ratio: float | None = Field(description="recent over training MALE")
+    drifted: bool | None = Field(description="the MALE ratio above the limit, or the coverage fallen by more "
+                                             "than the allowed drop; null without training metrics")
+    rolling_male: list[float] = Field(description="MALE over a window of 50 jobs sliding along the completions, "
+                                                  "oldest first (one value while fewer)")
+
+
+class ModelErrorOut(_Answer):
+    """The error of the estimates completed jobs were placed with, per target and model version, over the
+    most recent completions (the comparison ``gpuplace models drift`` makes)."""
+
+    answering: str = Field(description="the model version answering now")
+    completions: int = Field(description="completed jobs read (the most recent, at most ``window``)")
+    window: int
+    ratio_limit: float
+    coverage_drop: float
+    targets: list[TargetErrorOut]
+
+
+class WaitingJobOut(_Answer):
+    job_id: str
+    queue: str
+    reason: WaitReason
+    details: list[str] = Field(description="what the scheduler found, in words (what is short, and where)")
+    reservation_at_s: float | None = Field(description="when the place reserved for it is due (Unix time, s)")
+
+
+class WaitingOut(_Answer):
+    """Why each pending job waits, from a scheduling pass on the current state that commits nothing."""
+
+    generation: int
+    waiting: list[WaitingJobOut]
+    starting: list[str] = Field(description="pending jobs that pass would start (the next cycle starts them)")
