@@ -78,7 +78,7 @@ def test_unknown_source_and_cluster_exit_2(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_quickstart_ingests_trains_serves_and_replays_then_reuses_the_model(tmp_path: Path) -> None:
-    out = gpuplace("quickstart", "--jobs", "200", home=tmp_path, timeout_s=600)
+    out = gpuplace("quickstart", "--jobs", "200", home=tmp_path, timeout_s=1800)  # trains: minutes when loaded
     assert out.returncode == 0, out.stderr
     written = sorted(p.name for p in (tmp_path / "tables").iterdir())
     assert written == sorted(f"{n}.parquet" for n in
@@ -92,7 +92,7 @@ def test_quickstart_ingests_trains_serves_and_replays_then_reuses_the_model(tmp_
     progress = [line for line in out.stderr.splitlines() if line.startswith("progress ")]
     assert any("training" in line for line in progress) and any("replaying" in line for line in progress)
 
-    again = gpuplace("quickstart", "--jobs", "50", home=tmp_path, timeout_s=600)
+    again = gpuplace("quickstart", "--jobs", "50", home=tmp_path, timeout_s=1800)
     assert again.returncode == 0, again.stderr
     assert "champion version 1 (already trained" in again.stdout and "trained lgbm" not in again.stdout
     assert "50 real PAI jobs replayed" in again.stdout
