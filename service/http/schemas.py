@@ -194,7 +194,16 @@ class MachineIn(BaseModel):
     gpus: Count = Field(ge=0, le=10_000, strict=True)
     cpu_cores: float = Field(gt=0.0, le=100_000, allow_inf_nan=False, strict=True)
     mem_gib: float = Field(gt=0.0, le=1e7, allow_inf_nan=False, strict=True)
-    gpu_mem_gib: float | None = Field(None, gt=0.0, le=1024, allow_inf_nan=False, strict=True)
+    gpu_mem_gib: float | None = Field(None, ge=0.0, le=1024, allow_inf_nan=False, strict=True,
+                                      description="per GPU; 0 only on a machine without GPUs (as the cluster's own "
+                                                  "description shows one)")
+
+    @model_validator(mode="after")
+    def _memory_with_gpus(self) -> MachineIn:
+        if self.gpu_mem_gib == 0 and self.gpus > 0:
+            raise ValueError(f"gpu_mem_gib: 0 GiB on a machine with {self.gpus} GPUs; "
+                             "leave it out for the GPU type's own")
+        return self
 
 
 class ClusterIn(BaseModel):

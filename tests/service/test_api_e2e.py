@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from service.http.schemas import MachineIn
 from tests.service.conftest import API_KEY, Server, independent_check, server_env
 
 KEY = {"X-API-Key": API_KEY}
@@ -159,6 +160,8 @@ def test_bad_input_is_422_naming_the_field(server: Server, body: dict[str, Any],
     ({"name": "x", "machines": [], "machine_racks": [["m", "r"]], "rack_domains": None}, "rack_domains"),
     ({"name": "pai", "machine_racks": [["m", "r"]], "rack_domains": [["r", "d"]]}, "machine_racks needs machines"),
     ({"name": "bad\u0000name"}, "name"),
+    ({"name": "x", "machines": [{"name": "m", "gpu_type": "V100", "gpus": 8, "cpu_cores": 8, "mem_gib": 64,
+                                 "gpu_mem_gib": 0}]}, "gpu_mem_gib: 0 GiB on a machine with 8 GPUs"),
 ])
 def test_bad_cluster_spec_is_422_and_keeps_the_cluster(server: Server, body: dict[str, Any], field: str) -> None:
     before = httpx.get(f"{server.url}/v1/cluster").json()
@@ -166,6 +169,13 @@ def test_bad_cluster_spec_is_422_and_keeps_the_cluster(server: Server, body: dic
     assert answer.status_code == 422 and field in answer.text
     after = httpx.get(f"{server.url}/v1/cluster").json()
     assert (after["name"], after["generation"]) == (before["name"], before["generation"])
+
+
+def test_a_machine_without_gpus_may_say_it_has_no_gpu_memory() -> None:
+    """As the cluster's own description shows a CPU-only machine, so it can be loaded back."""
+    machine = MachineIn.model_validate({"name": "c", "gpu_type": "CPU", "gpus": 0, "cpu_cores": 64, "mem_gib": 256,
+                                        "gpu_mem_gib": 0})
+    assert machine.gpu_mem_gib == 0
 
 
 def test_oversized_body_is_413(server: Server) -> None:
