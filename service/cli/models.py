@@ -5,6 +5,8 @@ The ML stack and MLflow are imported inside the commands, so that the rest of th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,12 +16,48 @@ from rich.table import Table
 from service.cli.console import make_console, progress
 from service.cli.errors import CommandError
 from service.workdir import home, mlflow_uri
+from training.dask_cluster import ENV_VAR as DASK_ENV_VAR  # no dask until a command connects
 
 DEFAULT_MODEL_NAME = "gpuplace-estimators"
 LABELLED_SOURCES = ("pai2020-jobs", "pai2020", "philly", "openb2023", "dlrm2025")
 """The sources with training labels (``training.features.targets.TARGETS``, which imports pandas)."""
 
 console = make_console()
+DaskSchedulerOpt = Annotated[str | None, typer.Option(
+    "--dask-scheduler", envvar=DASK_ENV_VAR, show_envvar=True,
+    help="run on a Dask cluster: its scheduler's address (tcp://host:8786) or local:N (N worker processes on this "
+         "machine); see docs/scale-out.md")]
+
+
+def dask_scheduler(address: str | None) -> str | None:
+    """``address`` checked (``None`` where it is empty: this process); a ``CommandError`` naming a malformed one."""
+    if not address:
+        return None
+    import logging
+
+    from training.dask_cluster import local_workers
+
+    try:
+        local_workers(address)
+    except ValueError as exc:
+        raise CommandError(f"--dask-scheduler: {exc}") from None
+    # The command says what it did; distributed's notes on every worker and connection coming and going would bury
+    # that line. Its import sets its own level, so it is imported first: this is the Dask path anyway.
+    import distributed  # noqa: F401
+
+    logging.getLogger("distributed").setLevel(logging.WARNING)
+    return address
+
+
+@contextmanager
+def unreachable_as_error() -> Iterator[None]:
+    """A scheduler that does not answer: one line naming it, not a traceback."""
+    from training.dask_cluster import SchedulerUnreachable
+
+    try:
+        yield
+    except SchedulerUnreachable as exc:
+        raise CommandError(f"--dask-scheduler: {exc}") from None
 
 
 def evaluate(
@@ -32,14 +70,17 @@ def evaluate(
     validation: Annotated[bool, typer.Option(
         "--validation", help="leave the later jobs out and score on the later share of the earlier ones "
         "(where model choices are made)")] = False,
+    scheduler: DaskSchedulerOpt = None,
 ) -> None:
-    """Fit baselines and models on earlier jobs, score them on later ones; write JSON and PNG plots."""
+    """Fit baselines and models on earlier jobs, score them on later ones; write JSON and PNG plots. With
+    --dask-scheduler, the LightGBM boosters are fitted on the Dask cluster (slightly different trees)."""
     import json
 
     from training.features.targets import TARGETS
     from training.ingest.sources import SOURCES
     from training.pipeline.report import run_report  # imports the ML stack: only when a command needs it
 
+    scheduler = dask_scheduler(scheduler)
     if not every and target not in TARGETS.get(source, {}):
         known = "; ".join(f"{s}: {', '.join(t)}" for s, t in TARGETS.items())
         raise CommandError(f"no labels for --source {source!r} --target {target!r}; sources and targets: {known}")
@@ -47,14 +88,14 @@ def evaluate(
         else [(source, target)]
     base = out or home() / "reports"
     summary: dict[str, Any] = {}
-    with progress(console, "evaluating", total=len(pairs)) as steps:
+    with progress(console, "evaluating", total=len(pairs)) as steps, unreachable_as_error():
         for src, tgt in pairs:
             def step(name: str, prefix: str = f"{src} {tgt}") -> None:
                 steps.update(f"{prefix}: fitting {name}")
 
             folder = base / f"{src}-{tgt}{'-validation' if validation else ''}"
             report = run_report(src, tgt, folder, seed=seed, test_share=test_share, progress=step,
-                                validation=validation)
+                                validation=validation, scheduler=scheduler)
             summary[f"{src}/{tgt}"] = {n: {k: e[k] for k in ("male", "p90_coverage", "mae")}
                                        for n, e in report["estimators"].items()}
             steps.advance()
@@ -112,16 +153,19 @@ def train(
     seed: Annotated[int, typer.Option(help="seed of every stochastic part")] = 0,
     test_share: Annotated[float, typer.Option(min=0.05, max=0.9, help="later share of jobs held out")] = 0.3,
     name: NameOpt = DEFAULT_MODEL_NAME,
+    scheduler: DaskSchedulerOpt = None,
 ) -> None:
-    """Train a bundle on real traces, log it to MLflow and register it as the challenger."""
+    """Train a bundle on real traces, log it to MLflow and register it as the challenger. With --dask-scheduler,
+    the LightGBM boosters are fitted on the Dask cluster."""
     from training.pipeline.train import train_and_register
 
     if algo not in ALGOS:
         raise CommandError(f"--algo {algo!r}: one of {', '.join(ALGOS)}")
+    scheduler = dask_scheduler(scheduler)
     store = registry(name)
-    with progress(console, "training") as steps:
+    with progress(console, "training") as steps, unreachable_as_error():
         result = train_and_register(store, source or ["pai2020-jobs"], algo, seed, test_share,
-                                    progress=steps.update)
+                                    progress=steps.update, scheduler=scheduler)
     for report in result.reports.values():
         console.print(estimator_table(report))
     console.print(f"registered {name} version {result.version} (alias challenger), run {result.run_id}")

@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from service.cli.console import make_console, progress
+from service.cli.models import DaskSchedulerOpt, dask_scheduler, unreachable_as_error
 from service.workdir import home
 
 console = make_console()
@@ -64,31 +65,44 @@ def compare(
     placements: Annotated[str, typer.Option(help=f"comma-separated: {PLACEMENTS}")] = "liquid",
     window: WindowOpt = 60.0, batch_limit: LimitOpt = 1.0, batch_jobs: BatchJobsOpt = 64,
     runtime: RuntimeOpt = "measured", sharing: SharingOpt = True, network_term: NetworkOpt = "measured",
+    scheduler: DaskSchedulerOpt = None,
 ) -> None:
-    """Several queue x placement policies on the same jobs, side by side."""
+    """Several queue x placement policies on the same jobs, side by side. With --dask-scheduler, each replay is a
+    task on the Dask cluster's workers (the same numbers)."""
     runs = [(q, p) for q in queues.split(",") for p in placements.split(",")]
     _run(trace, cluster, gpus, rate, jobs, runs, out, (window, batch_limit, batch_jobs),
-         (runtime, sharing, network_term))
+         (runtime, sharing, network_term), dask_scheduler(scheduler))
 
 
-def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs: list[tuple[str, str]],
-         out: Path | None, batch: tuple[float, float, int], how: tuple[str, bool, str]) -> None:
-    from placement import BATCH_POLICIES, ONLINE_POLICY_NAMES, BatchWindow, queue_policy, without_sharing
-    from training.replay.compare import NETWORK_TERMS, RUNTIMES, cluster_for, compare, openb_jobs, pai_jobs
+def _check(traces: list[str], runs: list[tuple[str, str]], runtime: str, network_term: str) -> None:
+    """KeyErrors naming the known values of whatever is not one."""
+    from placement import BATCH_POLICIES, ONLINE_POLICY_NAMES, queue_policy
+    from training.replay.compare import NETWORK_TERMS, RUNTIMES
 
-    runtime, sharing, network_term = how
-    if trace not in TRACES:
-        raise KeyError(f"unknown trace {trace!r}; known: {', '.join(TRACES)}")
+    for trace in traces:
+        if trace not in TRACES:
+            raise KeyError(f"unknown trace {trace!r}; known: {', '.join(TRACES)}")
     if runtime not in RUNTIMES:
         raise KeyError(f"unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
     if network_term not in NETWORK_TERMS:
         raise KeyError(f"unknown network term {network_term!r}; known: {', '.join(NETWORK_TERMS)}")
-
     for queue, placement in runs:
         queue_policy(queue)  # KeyError naming the known ones
         if placement not in ONLINE_POLICY_NAMES and placement not in BATCH_POLICIES:
             known = ", ".join([*ONLINE_POLICY_NAMES, *BATCH_POLICIES])
             raise KeyError(f"unknown placement {placement!r}; known: {known}")
+
+
+def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs: list[tuple[str, str]],
+         out: Path | None, batch: tuple[float, float, int], how: tuple[str, bool, str],
+         scheduler: str | None = None) -> None:
+    from placement import BatchWindow, without_sharing
+    from training.dask_cluster import connected
+    from training.replay.compare import cluster_for, compare, openb_jobs, pai_jobs
+    from training.replay.runners import OnDask
+
+    runtime, sharing, network_term = how
+    _check([trace], runs, runtime, network_term)
     window = BatchWindow("ffd", every_s=batch[0], time_limit_s=batch[1], max_jobs=batch[2])
 
     cluster, constrain = cluster_for(cluster_kind, gpus)
@@ -99,7 +113,8 @@ def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs
         replay = pai_jobs(_champion_duration_model() if needs_model else None, constrain, limit, rate or None)
     replay = replay if sharing else without_sharing(replay)
     folder = out or home() / "simulations" / f"{trace}-{cluster.name}-{'rate' + str(rate) if rate else 'original'}"
-    with progress(console, "replaying", total=len(replay) * len(runs)) as steps:
+    with progress(console, "replaying", total=len(replay) * len(runs)) as steps, unreachable_as_error(), \
+            connected(scheduler) as client:
         done: dict[str, int] = {}
 
         def tick(run: str, arrived: int) -> None:
@@ -107,9 +122,63 @@ def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs
             steps.advance(arrived - done.get(run, 0))
             done[run] = arrived
 
-        summary = compare(cluster, replay, runs, folder, tick, window, runtime, network_term=network_term)
+        summary = compare(cluster, replay, runs, folder, tick, window, runtime, network_term=network_term,
+                          runner=OnDask(client) if client is not None else None)
     console.print(summary_table(summary))
     console.print(f"summary.json, per-job CSV and plots: {folder}")
+
+
+@app.command("sweep")
+def sweep_command(
+    traces: Annotated[str, typer.Option(help="comma-separated: pai2020-jobs, openb2023")] = "pai2020-jobs",
+    seeds: Annotated[str, typer.Option(help="seeds of the workload classes, random placement and batch solvers: "
+                                            "0-4, 3 or 1,5,9")] = "0-2",
+    queues: Annotated[str, typer.Option(help="comma-separated queue policies")] = "fifo,sjf-oracle,sjf-group-gpu",
+    placements: Annotated[str, typer.Option(help=f"comma-separated: {PLACEMENTS}")] = "liquid",
+    cluster: ClusterOpt = "pai", gpus: GpusOpt = 6500, rate: RateOpt = 0.0, jobs: JobsOpt = 20000,
+    out: Annotated[Path | None, typer.Option(help="folder for sweep.json")] = None,
+    window: WindowOpt = 60.0, batch_limit: LimitOpt = 1.0, batch_jobs: BatchJobsOpt = 64,
+    runtime: RuntimeOpt = "measured", sharing: SharingOpt = True, network_term: NetworkOpt = "measured",
+    scheduler: DaskSchedulerOpt = None,
+) -> None:
+    """Every trace x seed x queue x placement, each an independent replay; with --dask-scheduler, each replay is a
+    task on the Dask cluster's workers (the same numbers as run here). Writes sweep.json."""
+    import json
+
+    from placement import BatchWindow, parse_seeds
+    from training.dask_cluster import connected
+    from training.replay.compare import cluster_for
+    from training.replay.runners import OnDask
+    from training.replay.sweep import SweepRun, SweepSetup, grid, sweep
+
+    trace_list = [t.strip() for t in traces.split(",") if t.strip()]
+    pairs = [(q, p) for q in queues.split(",") for p in placements.split(",")]
+    _check(trace_list, pairs, runtime, network_term)
+    try:
+        seed_list = parse_seeds(seeds)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--seeds") from None
+    scheduler = dask_scheduler(scheduler)
+    runs = grid(trace_list, seed_list, queues.split(","), placements.split(","))
+    setup = SweepSetup(cluster, gpus, jobs, rate or None, runtime, network_term, sharing,
+                       BatchWindow("ffd", every_s=window, time_limit_s=batch_limit, max_jobs=batch_jobs))
+    model = _champion_duration_model() if any(q == "sjf-model" for q, _ in pairs) else None
+    with progress(console, "replaying", total=len(runs)) as steps, unreachable_as_error(), \
+            connected(scheduler) as client:
+        def done(run: SweepRun) -> None:
+            steps.update(f"done {run.name}")
+            steps.advance()
+
+        summaries = sweep(runs, setup, OnDask(client) if client is not None else None, model, done=done)
+    folder = out or home() / "simulations" / f"sweep-{cluster}"
+    folder.mkdir(parents=True, exist_ok=True)
+    report = {"cluster": cluster, "jobs": jobs, "runtime": runtime, "network_term": network_term,
+              "dask_scheduler": scheduler, "runs": summaries}
+    (folder / "sweep.json").write_text(json.dumps(report, indent=2) + "\n")
+    replayed_on = cluster_for(cluster, gpus)[0]
+    console.print(summary_table({"jobs": jobs, "cluster": replayed_on.name, "gpus": replayed_on.total_gpus,
+                                 "runtime": runtime, "runs": summaries}))
+    console.print(f"sweep.json: {folder}")
 
 
 @app.command("fill")
@@ -130,10 +199,12 @@ def fill_command(
                          "share of a GPU), multi:P (P take several GPUs) or types:P (P are restricted to one GPU "
                          "type), P in [0, 1]; see placement/sim/derived_pods.py")] = None,
     derive_seed: Annotated[int, typer.Option(help="seed of the pods --derive changes")] = 0,
+    scheduler: DaskSchedulerOpt = None,
 ) -> None:
     """The FGD paper's fill-to-capacity experiment: every pod in a shuffled order, then pods drawn with
     replacement, none leaving, until the requests reach --to x the cluster's GPUs; the GPU capacity left
-    unallocated along the way, per policy."""
+    unallocated along the way, per policy. With --dask-scheduler, each (policy, seed) fill is a task on the Dask
+    cluster's workers (the same curves; the decision times are the workers')."""
     import json
 
     from placement import (
@@ -147,6 +218,8 @@ def fill_command(
         summarise_fill,
     )
     from service.cli.fill_report import fill_json, fill_table, plot_fill
+    from training.dask_cluster import connected
+    from training.replay.runners import OnDask
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
     for name in names:
@@ -165,13 +238,29 @@ def fill_command(
     cluster = load_cluster(nodes)
     if derive_variant is not None:
         jobs = derive(jobs, derive_variant, cluster, derive_seed)
+    scheduler = dask_scheduler(scheduler)
     shown = make_console(stderr=True) if as_json else console
     curves: dict[str, list[Any]] = {name: [] for name in names}
-    with progress(shown, "filling", total=len(names) * len(seed_list)) as steps:
-        for name, seed in ((n, s) for n in names for s in seed_list):
-            steps.update(f"filling: {name}, seed {seed}")
-            curves[name].append(fill(cluster, jobs, name, seed, to))
-            steps.advance()
+    order = [(n, s) for n in names for s in seed_list]
+    with progress(shown, "filling", total=len(order)) as steps, unreachable_as_error(), \
+            connected(scheduler) as client:
+        if client is None:
+            for name, seed in order:
+                steps.update(f"filling: {name}, seed {seed}")
+                curves[name].append(fill(cluster, jobs, name, seed, to))
+                steps.advance()
+        else:
+            runner = OnDask(client)
+            shared = runner.share(cluster, "cluster"), runner.share(jobs, "pods")
+
+            def done(position: int) -> None:
+                steps.update(f"filled: {order[position][0]}, seed {order[position][1]}")
+                steps.advance()
+
+            handles = [runner.submit(fill, *shared, name, seed, to, name=f"fill-{name}-seed{seed}")
+                       for name, seed in order]
+            for (name, _), curve in zip(order, runner.results(handles, done), strict=True):
+                curves[name].append(curve)
     summaries = [summarise_fill(curves[name], to) for name in names]
     variant = f"-{derive_variant.replace(':', '')}" if derive_variant else ""
     folder = out or home() / "simulations" / f"fill-{pods.stem}{variant}-{nodes.stem}"

@@ -99,6 +99,19 @@ def test_needs_benchmark_runs_and_writes_its_figures(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_dask_benchmark_runs_and_writes_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "dask.json"
+    command = [sys.executable, "tests/benchmarks/bench_dask.py", "--jobs", "200", "--seeds", "0", "--queues", "fifo",
+               "--out", str(out)]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(out.read_text())
+    assert figures["runs"] == 2 and figures["jobs"] == 200 and figures["serial_s"] > 0
+    assert set(figures["workers"]) == {"1", "2"} and figures["same_numbers"] is True
+    assert "speed-up" in proc.stdout
+
+
+@pytest.mark.slow
 def test_comparing_with_a_commit_runs_both_sides() -> None:
     # this checkout against its own HEAD: the decisions of both sides are the same
     command = [sys.executable, "tests/benchmarks/compare_commits.py", "HEAD", "--bench", "placement", "--rounds", "1",

@@ -17,8 +17,9 @@ A feature frame has one row per canonical row, in submission order, with:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -91,10 +92,10 @@ def build_features(table: pd.DataFrame, spec: TargetSpec) -> tuple[pd.DataFrame,
     history, state = causal_history(work, spec.column, spec.keys)
     activity = activity_features(work, {k: spec.keys[k] for k in spec.activity_keys}) if spec.activity_keys else None
     if not spec.recent_keys:
-        return _assemble(work, spec, history, activity), state
+        return assemble(work, spec, history, activity), state
     recent, state.recent = recent_history(work, spec.column, dict(spec.recent_keys), spec.recent_window,
                                           spec.recent_halflife)
-    frame = _assemble(work, spec, pd.concat([history, recent], axis=1), activity)
+    frame = assemble(work, spec, pd.concat([history, recent], axis=1), activity)
     frame[RULE_SCALE], state.recent.error_q90 = error_scale(work, spec.column, frame[RULE].to_numpy())
     return frame, state
 
@@ -114,20 +115,22 @@ def online_features(jobs: pd.DataFrame, spec: TargetSpec, state: HistoryState,
                             for s, stat in enumerate(STATS)}, index=work.index)
     recent_state = state.recent if spec.recent_keys else None
     if recent_state is None:
-        return _assemble(work, spec, history, activity)
+        return assemble(work, spec, history, activity)
     recent_tuples = key_tuples(work, dict(spec.recent_keys))
     recent = pd.DataFrame({f"rec_{name}_{stat}": values for name, _ in spec.recent_keys
                            for stat, values in recent_state.lookup(name, recent_tuples[name]).items()},
                           index=work.index)
-    frame = _assemble(work, spec, pd.concat([history, recent[recent_columns(spec)]], axis=1), activity)
+    frame = assemble(work, spec, pd.concat([history, recent[recent_columns(spec)]], axis=1), activity)
     frame[RULE_SCALE] = recent_state.error_q90
     return frame
 
 
-def _assemble(work: pd.DataFrame, spec: TargetSpec, history: pd.DataFrame,
-              activity: pd.DataFrame | None) -> pd.DataFrame:
+def assemble(work: pd.DataFrame, spec: TargetSpec, history: pd.DataFrame, activity: pd.DataFrame | None,
+             hyperparams: Sequence[str] | None = None) -> pd.DataFrame:
+    """The frame from the keyed ``work`` rows and their causal columns; everything added here is per row but
+    the hyperparameter names, chosen on ``work`` unless ``hyperparams`` names them (a part of a larger trace)."""
     parts = [history] + ([activity] if activity is not None else [])
-    parts += [_own_features(work, spec), hyperparameter_features(work["hyperparams"])]
+    parts += [_own_features(work, spec), hyperparameter_features(work["hyperparams"], hyperparams)]
     frame = pd.concat(parts, axis=1)
     frame["baseline"] = first_available(frame, [f"hist_{k}_median" for k in spec.baseline_chain])
     frame["depth"] = frame[f"hist_{spec.depth_key}_n"]
@@ -160,17 +163,35 @@ def _own_features(table: pd.DataFrame, spec: TargetSpec) -> pd.DataFrame:
     return own
 
 
-def hyperparameter_features(texts: pd.Series) -> pd.DataFrame:
-    """Numeric hyperparameters as ``hp_<name>`` columns (the most frequent names, at most 20)."""
-    parsed = [json.loads(t) if isinstance(t, str) else {} for t in texts.astype("object").where(texts.notna(), None)]
+def hyperparameter_features(texts: pd.Series, names: Sequence[str] | None = None) -> pd.DataFrame:
+    """Numeric hyperparameters as ``hp_<name>`` columns: ``names``, or the most frequent in ``texts`` (at most 20)."""
+    parsed = _parsed(texts)
+    names = hyperparameter_names(_counts(parsed)) if names is None else names
+    data = {f"hp_{n}": [float(e[n]) if isinstance(e.get(n), int | float) else np.nan for e in parsed] for n in names}
+    return pd.DataFrame(data, index=texts.index)
+
+
+def hyperparameter_counts(texts: pd.Series) -> dict[str, int]:
+    """How many of ``texts`` give each numeric hyperparameter (added up over the parts of a larger trace)."""
+    return _counts(_parsed(texts))
+
+
+def hyperparameter_names(counts: Mapping[str, int]) -> list[str]:
+    """The names :func:`hyperparameter_features` keeps: the most frequent, at most 20, ties by name."""
+    return sorted(counts, key=lambda n: (-counts[n], n))[:MAX_HYPERPARAMS]
+
+
+def _parsed(texts: pd.Series) -> list[dict[str, Any]]:
+    return [json.loads(t) if isinstance(t, str) else {} for t in texts.astype("object").where(texts.notna(), None)]
+
+
+def _counts(parsed: list[dict[str, Any]]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for entry in parsed:
         for name, value in entry.items():
             if isinstance(value, int | float) and not isinstance(value, bool):
                 counts[name] = counts.get(name, 0) + 1
-    names = sorted(counts, key=lambda n: (-counts[n], n))[:MAX_HYPERPARAMS]
-    data = {f"hp_{n}": [float(e[n]) if isinstance(e.get(n), int | float) else np.nan for e in parsed] for n in names}
-    return pd.DataFrame(data, index=texts.index)
+    return counts
 
 
 def target_rows(table: pd.DataFrame, spec: TargetSpec) -> np.ndarray:

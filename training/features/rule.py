@@ -45,16 +45,29 @@ def error_scale(table: pd.DataFrame, value: str, rule: np.ndarray,
                 window: int = ERROR_WINDOW) -> tuple[np.ndarray, float]:
     """Per row, ``rule_err_q90`` from the jobs finished at or before its submission (NaN with fewer than
     ``MIN_ERRORS``), and its value after every finished job (what serving starts from)."""
-    submit = table["submit_time_s"].to_numpy(dtype=float)
+    ends, rolling = rolling_errors(table, value, rule, window)
+    if len(ends) == 0:
+        return np.full(len(table), np.nan), float("nan")
+    return scale_at(table["submit_time_s"].to_numpy(dtype=float), ends, rolling), float(rolling[-1])
+
+
+def rolling_errors(table: pd.DataFrame, value: str, rule: np.ndarray,
+                   window: int = ERROR_WINDOW) -> tuple[np.ndarray, np.ndarray]:
+    """The end times of the finished rows of ``table`` that have a rule, in order (ties in row order), and
+    ``rule_err_q90`` after each of them."""
     end = table["end_time_s"].to_numpy(dtype=float)
     actual = table[value].to_numpy(dtype=float)
     censored = table["censored"].fillna(False).to_numpy(dtype=bool)
     done = np.flatnonzero(~np.isnan(end) & ~np.isnan(actual) & ~np.isnan(rule) & ~censored)
-    if len(done) == 0:
-        return np.full(len(table), np.nan), float("nan")
     done = done[np.argsort(end[done], kind="stable")]
     errors = pd.Series(np.log1p(np.maximum(actual[done], 0.0)) - np.log1p(np.maximum(rule[done], 0.0)))
-    rolling = errors.rolling(window, min_periods=MIN_ERRORS).quantile(SCALE_QUANTILE).to_numpy()
-    seen = np.searchsorted(end[done], np.nan_to_num(submit, nan=-np.inf), side="right")
-    scale = np.where(seen > 0, rolling[np.maximum(seen - 1, 0)], np.nan)
-    return scale, float(rolling[-1])
+    return end[done], errors.rolling(window, min_periods=MIN_ERRORS).quantile(SCALE_QUANTILE).to_numpy()
+
+
+def scale_at(submit: np.ndarray, ends: np.ndarray, rolling: np.ndarray) -> np.ndarray:
+    """``rule_err_q90`` at each ``submit`` time: after the last of the sorted ``ends`` at or before it."""
+    if len(ends) == 0:
+        return np.full(len(submit), np.nan)
+    seen = np.searchsorted(ends, np.nan_to_num(submit, nan=-np.inf), side="right")
+    scale: np.ndarray = np.where(seen > 0, rolling[np.maximum(seen - 1, 0)], np.nan)
+    return scale

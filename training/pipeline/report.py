@@ -8,9 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from training.dask_cluster import connected
 from training.features.targets import target_spec
 from training.ingest.sources import get_source
 from training.pipeline import plots
+from training.pipeline.distributed import on_workers
 from training.pipeline.evaluate import Split, baselines, evaluate, families, models, time_split
 
 UNITS = {"duration_s": "s", "req_net_gbps": "Gbit/s", "req_gpu": "GPUs", "req_cpu_cores": "cores",
@@ -21,14 +23,20 @@ NO_DATA_NOTE = ("No shipped real trace records per-job GPU memory use, so no GPU
 
 def run_report(source: str, target: str, out: Path, seed: int = 0, test_share: float = 0.3,
                requested: tuple[str, ...] = ("lgbm", "rf"), progress: Callable[[str], None] | None = None,
-               validation: bool = False) -> dict[str, Any]:
+               validation: bool = False, scheduler: str | None = None) -> dict[str, Any]:
     """Evaluate every baseline and model family; write ``report.json`` and plots under ``out``. With
-    ``validation``, on the validation split of the earlier jobs instead of the later ones."""
+    ``validation``, on the validation split of the earlier jobs instead of the later ones; with ``scheduler``, the
+    LightGBM boosters fitted on that Dask cluster (``training.pipeline.distributed``)."""
     spec = target_spec(source, target)
     split = time_split(get_source(source).load(), spec, test_share, validation)
-    result = evaluate(split, {**baselines(spec), **models(spec, seed, requested)}, progress)
+    fitted = {name: on_workers(estimator) if scheduler else estimator
+              for name, estimator in models(spec, seed, requested).items()}
+    with connected(scheduler):
+        result = evaluate(split, {**baselines(spec), **fitted}, progress)
     report = write_report(source, target, split, result, families(spec, requested), out, seed)
     report["split"]["validation"] = validation
+    if scheduler:
+        report["dask_scheduler"] = scheduler
     (out / "report.json").write_text(json.dumps(report, indent=2))
     return report
 

@@ -15,10 +15,12 @@ from mlflow.models import infer_signature
 
 from models.registry import CHALLENGER, ModelRegistry
 from models.requirements import pip_requirements, version_tags
+from training.dask_cluster import connected
 from training.features.targets import TARGETS
 from training.ingest.sources import get_source
 from training.needs.estimator import shipped_needs
 from training.pipeline.bundle import JOB_COLUMNS, EstimatorBundle, TargetModel
+from training.pipeline.distributed import on_workers
 from training.pipeline.evaluate import baselines, evaluate, model, time_split
 from training.pipeline.report import write_report
 
@@ -50,21 +52,24 @@ def source_digest(source: str) -> str:
 def train_and_register(registry: ModelRegistry, sources: Sequence[str], algo: str = "rf", seed: int = 0,
                        test_share: float = 0.3, progress: Progress | None = None,
                        params: dict[str, Any] | None = None, tables: Mapping[str, pd.DataFrame] | None = None,
-                       extra_params: Mapping[str, str] | None = None, needs: bool = True) -> TrainResult:
+                       extra_params: Mapping[str, str] | None = None, needs: bool = True,
+                       scheduler: str | None = None) -> TrainResult:
     """Fit ``algo`` for every target of ``sources``, evaluate on the later ``test_share`` of jobs against
     the causal baselines, log everything and register the bundle with alias ``challenger``.
 
     ``tables`` replaces a source's shipped table (e.g. the trace followed by feedback rows);
     ``extra_params`` are logged with the run (e.g. which feedback the model saw). ``needs``: carry the
-    estimators from stated hyperparameters (``training.needs``), fitted on the shipped measurements."""
+    estimators from stated hyperparameters (``training.needs``), fitted on the shipped measurements. ``scheduler``:
+    fit the LightGBM boosters on that Dask cluster (``training.dask_cluster``, ``training.pipeline.distributed``)."""
     say = progress or (lambda _: None)
     targets: dict[str, TargetModel] = {}
     metrics: dict[str, float] = {}
     reports: dict[str, dict[str, Any]] = {}
     logged: dict[str, str] = {"algo": algo, "learner_params": repr(params or {}), "seed": str(seed),
-                              "test_share": str(test_share), "sources": ",".join(sources), **(extra_params or {})}
+                              "test_share": str(test_share), "sources": ",".join(sources), **(extra_params or {}),
+                              **({"dask_scheduler": scheduler} if scheduler else {})}
     examples: list[pd.DataFrame] = []
-    with tempfile.TemporaryDirectory(prefix="gpuplace-train-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="gpuplace-train-") as tmp, connected(scheduler):
         for source in sources:
             say(f"loading {source}")
             table = tables[source] if tables and source in tables else get_source(source).load()
@@ -75,6 +80,7 @@ def train_and_register(registry: ModelRegistry, sources: Sequence[str], algo: st
                 say(f"{source} {name}: features")
                 split = time_split(table, spec, test_share)
                 estimator = model(spec, algo, seed, params)
+                estimator = on_workers(estimator) if scheduler else estimator
                 result = evaluate(split, {**baselines(spec), algo: estimator}, _prefixed(say, f"{source} {name}"))
                 reports[name] = write_report(source, name, split, result, (algo,), Path(tmp) / name, seed)
                 targets[name] = TargetModel(spec, source, estimator, split.state)

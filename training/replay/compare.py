@@ -33,6 +33,7 @@ from placement.sim.queues import queue_policy
 from placement.sim.runtime import MeasuredRuntime, Runtime
 from training.ingest.sources import get_source
 from training.performance.build import fit_speed_model
+from training.replay.runners import Runner
 from training.replay.trace_jobs import causal_estimates, sim_jobs
 
 RuntimeFactory = Callable[[Sequence[SimJob], Layout], Runtime]
@@ -51,15 +52,16 @@ def cluster_for(kind: str, gpus: int = 6500) -> tuple[Cluster, bool]:
 
 
 def pai_jobs(model: CalibratedEstimator | None, constrain: bool, limit: int | None, arrivals_per_min: float | None,
-             holdout_share: float = 0.3, class_seed: int = 0) -> list[SimJob]:
+             holdout_share: float = 0.3, class_seed: int = 0, estimates: bool = True) -> list[SimJob]:
     """Later ``holdout_share`` of the shipped PAI job table (first ``limit`` of them), with estimates;
-    ``class_seed`` seeds the workload-class rule."""
+    ``class_seed`` seeds the workload-class rule. Without ``estimates`` the jobs carry none, and the causal
+    features they come from are not built (for queues that order by no estimate)."""
     table = get_source("pai2020-jobs").load()
-    estimates = causal_estimates(table, "pai2020-jobs", model)
     order = np.argsort(table["submit_time_s"].to_numpy(), kind="stable")
     chosen = order[int(len(order) * (1 - holdout_share)):]
     chosen = chosen[:limit] if limit else chosen
-    return sim_jobs(table.iloc[chosen], estimates.iloc[chosen], constrain, arrivals_per_min, class_seed)
+    found = causal_estimates(table, "pai2020-jobs", model) if estimates else pd.DataFrame(index=table.index)
+    return sim_jobs(table.iloc[chosen], found.iloc[chosen], constrain, arrivals_per_min, class_seed)
 
 
 def openb_jobs(limit: int | None, arrivals_per_min: float | None = None) -> list[SimJob]:
@@ -117,13 +119,14 @@ def placement_config(network_term: str, speed: SpeedModel | None = None) -> Plac
 def compare(cluster: Cluster, jobs: Sequence[SimJob], runs: Sequence[tuple[str, str]], out: Path,
             progress: Callable[[str, int], None] | None = None, window: BatchWindow | None = None,
             runtime: str = "trace", speed: SpeedModel | None = None,
-            network_term: str = "bandwidth") -> dict[str, Any]:
+            network_term: str = "bandwidth", runner: Runner | None = None) -> dict[str, Any]:
     """Replay ``jobs`` once per (queue policy, placement policy); write summary JSON, per-job CSV, plots.
 
     A placement named after a batch policy (``gga``, ``cpsat``, ``ffd``) replays with batch windows
     (``window``'s settings, that policy) instead of online placement. ``runtime``: how long a started job
     runs (``trace`` or ``measured``, see ``placement.sim.runtime``); ``network_term``: Liquid's (see
-    :func:`placement_config`).
+    :func:`placement_config`). ``runner``: where the replays run (``training.replay.runners``; on Dask,
+    ``progress`` hears of each run once, when it ends).
     """
     from training.replay.plots import allocation_over_time, jct_cdf
 
@@ -135,16 +138,24 @@ def compare(cluster: Cluster, jobs: Sequence[SimJob], runs: Sequence[tuple[str, 
     results: dict[str, SimResult] = {}
     summary: dict[str, Any] = {"cluster": cluster.name, "gpus": cluster.total_gpus, "jobs": len(jobs),
                                "runtime": runtime, "network_term": network_term, "runs": {}}
-    for queue, placement in runs:
-        name = f"{queue}/{placement}"
-        tick = (lambda n, label=name: progress(label, n)) if progress else None
-        batch = replace(window or BatchWindow(), policy=placement) if placement in BATCH_POLICIES else None
-        result = simulate(cluster, jobs, "liquid" if batch else placement, queue_policy(queue), config,
-                          progress=tick, batch=batch, runtime=make_runtime)
-        results[name] = result
-        summary["runs"][name] = _finite(summarise(result)) | (
-            {"batch_window": asdict(batch), "batch_stops": dict(result.batch_stops)} if batch else {})
-        _records_csv(result, out / f"jobs-{queue}-{placement}.csv")
+    names = [f"{queue}/{placement}" for queue, placement in runs]
+    batches = {name: replace(window or BatchWindow(), policy=placement) if placement in BATCH_POLICIES else None
+               for name, (_, placement) in zip(names, runs, strict=True)}
+    if runner is None:
+        for name, (queue, placement) in zip(names, runs, strict=True):
+            tick = (lambda n, label=name: progress(label, n)) if progress else None
+            results[name] = simulate(cluster, jobs, "liquid" if batches[name] else placement, queue_policy(queue),
+                                     config, progress=tick, batch=batches[name], runtime=make_runtime)
+    else:
+        shared = runner.share(cluster, "cluster"), runner.share(list(jobs), "jobs")
+        handles = [runner.submit(replay, *shared, queue, placement, config, batches[name], runtime, speed,
+                                 name=f"replay-{queue}-{placement}")
+                   for name, (queue, placement) in zip(names, runs, strict=True)]
+        results = dict(zip(names, runner.results(handles, lambda i: progress(names[i], len(jobs)) if progress
+                                                 else None), strict=True))
+    for name, (queue, placement) in zip(names, runs, strict=True):
+        summary["runs"][name] = run_summary(results[name], batches[name])
+        _records_csv(results[name], out / f"jobs-{queue}-{placement}.csv")
     summary["never_fit"] = [{"job_id": r.job_id, "reasons": list(r.reasons)}
                             for r in next(iter(results.values())).records if r.never_fits][:50]
     subject = f"{len(jobs):,} jobs on {cluster.name} ({runtime} runtime)"
@@ -152,6 +163,20 @@ def compare(cluster: Cluster, jobs: Sequence[SimJob], runs: Sequence[tuple[str, 
                         str(allocation_over_time(results, out / "allocation.png", subject))]
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def replay(cluster: Cluster, jobs: Sequence[SimJob], queue: str, placement: str, config: PlacementConfig | None,
+           window: BatchWindow | None, runtime: str, speed: SpeedModel | None) -> SimResult:
+    """One replay of :func:`compare` by names and settings alone (what a task on another machine is sent):
+    ``window`` set for a batch placement, ``speed`` for the measured runtime."""
+    return simulate(cluster, jobs, "liquid" if window else placement, queue_policy(queue), config, batch=window,
+                    runtime=runtime_factory(runtime, speed))
+
+
+def run_summary(result: SimResult, window: BatchWindow | None) -> dict[str, Any]:
+    """A run's entry in ``summary.json``: the replay's metrics, and a batch placement's windows."""
+    return _finite(summarise(result)) | (
+        {"batch_window": asdict(window), "batch_stops": dict(result.batch_stops)} if window else {})
 
 
 def _records_csv(result: SimResult, path: Path) -> None:

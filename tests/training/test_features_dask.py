@@ -1,0 +1,54 @@
+"""The causal feature frame on Dask (training.features.distributed) equals the single-process one on real PAI rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import dask.dataframe as dd
+import pandas as pd
+import pytest
+from distributed import Client, LocalCluster
+
+from training.features.distributed import Served, causal_features, shuffle_plan
+from training.features.frames import build_features
+from training.features.targets import target_spec
+from training.ingest.sources import get_source
+
+ROWS = 4000
+"""The first rows of the shipped PAI job table: enough for keys with long histories, ties and censored jobs."""
+
+
+@pytest.fixture(scope="module")
+def pai_rows() -> pd.DataFrame:
+    return get_source("pai2020-jobs").load().iloc[:ROWS]
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Client]:
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as connected:
+        yield connected
+
+
+def test_one_shuffle_serves_every_key_that_contains_its_columns() -> None:
+    spec = target_spec("pai2020-jobs", "duration")
+    plan = shuffle_plan(spec)
+    assert plan == {("user",): Served(["user", "group_user", "group_user_gpu"], []),
+                    ("app",): Served(["app", "app_gpu"], []),
+                    ("group",): Served([], ["group_gpu_shape", "group_gpu", "group"])}
+    assert sorted(name for served in plan.values() for name in served.history) == sorted(spec.keys)
+    assert sorted(name for served in plan.values() for name in served.recent) == sorted(n for n, _ in spec.recent_keys)
+
+
+@pytest.mark.parametrize("target", ["duration", "gpu_request"])
+def test_dask_features_equal_the_single_process_frame(pai_rows: pd.DataFrame, client: Client, target: str) -> None:
+    spec = target_spec("pai2020-jobs", target)
+    single, _ = build_features(pai_rows, spec)
+    spread = causal_features(dd.from_pandas(pai_rows, npartitions=3), spec).compute()
+    pd.testing.assert_frame_equal(spread.sort_index(), single.sort_index())
+
+
+def test_a_trace_without_known_divisions_is_refused(pai_rows: pd.DataFrame) -> None:
+    trace = dd.from_pandas(pai_rows.iloc[:100], npartitions=2).clear_divisions()
+    with pytest.raises(ValueError, match="known divisions"):
+        causal_features(trace, target_spec("pai2020-jobs", "duration"))

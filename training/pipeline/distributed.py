@@ -1,0 +1,177 @@
+"""The LightGBM estimator family with its boosters fitted on a Dask cluster (``lightgbm.dask``).
+
+Each booster an estimator fits (the median and P90 boosters of :class:`models.learners.LightGBMLearner`, the
+residual and cold-start boosters of :class:`models.residual.ResidualEstimator`) is fitted by
+``DaskLGBMRegressor``: the training rows are split into one block per worker, and LightGBM's data-parallel
+learner builds each tree from histograms summed over the workers. The fitted model is kept as the plain
+``LGBMRegressor`` it amounts to (``to_local()``), so prediction, the calibration on later jobs, pickling,
+registering and serving are those of the single-process estimator, and need no cluster.
+
+The boosters are not bit-for-bit those of one process: the feature bins are found from a sample of each
+worker's rows rather than of all rows, and bagging (``subsample``) draws per worker; the trees, and so the
+estimates, differ slightly (docs/scale-out.md gives the holdout errors of both on the PAI trace). The
+calibration, the blend with the history rule and everything else are computed as in one process.
+
+The rows travel from this process to the workers: the estimators' calibration works in memory. A trace larger
+than memory gets its feature frame from :mod:`training.features.distributed`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import warnings
+from collections.abc import Sequence
+from typing import Any, Self
+
+import lightgbm as lgb
+import numpy as np
+import pandas as pd
+
+from models.calibrated import CalibratedEstimator
+from models.learners import LEARNERS, LGBM_DEFAULTS, LightGBMLearner, QuantileLearner
+from models.prediction import FloatArray
+from models.residual import COLD_PARAMS, FAMILIES, LGBM_PARAMS, ResidualEstimator, ResidualLearner
+
+Fitted = CalibratedEstimator | ResidualEstimator
+
+
+def on_workers(estimator: Fitted) -> Fitted:
+    """The same estimator (same settings) with its LightGBM boosters fitted on the default Dask client's workers;
+    an estimator of another family is returned as it is."""
+    if estimator.family != "lgbm":
+        return estimator
+    kind = DaskCalibratedEstimator if isinstance(estimator, CalibratedEstimator) else DaskResidualEstimator
+    settings = {name: getattr(estimator, name) for name in inspect.signature(type(estimator)).parameters}
+    return kind(**settings)
+
+
+def fit_booster(params: dict[str, Any], inputs: FloatArray, target: FloatArray, weight: FloatArray | None = None,
+                names: Sequence[str] | None = None) -> lgb.LGBMRegressor:
+    """One ``LGBMRegressor`` with ``params``, fitted by ``DaskLGBMRegressor`` on the default client's workers."""
+    from lightgbm.dask import DaskLGBMRegressor
+
+    client = importlib.import_module("distributed").default_client()
+    workers = sorted(client.scheduler_info()["workers"])
+    model = DaskLGBMRegressor(client=client, **params)
+    with warnings.catch_warnings():
+        # each worker trains with its own threads: the n_jobs of the single-process settings has no say there
+        warnings.filterwarnings("ignore", message="Parameter n_jobs will be ignored")
+        model.fit(_spread(client, workers, inputs), _spread(client, workers, target),
+                  sample_weight=None if weight is None else _spread(client, workers, weight),
+                  feature_name=list(names) if names is not None else "auto")
+    local: lgb.LGBMRegressor = model.to_local()
+    return local
+
+
+def _spread(client: Any, workers: list[str], values: np.ndarray) -> Any:
+    """``values`` as a dask array of one row block per worker, each block held by its worker (in worker order,
+    so that the same cluster gets the same split)."""
+    dask: Any = importlib.import_module("dask")  # dask's collection functions carry no annotations
+    da: Any = importlib.import_module("dask.array")
+    used = workers[:max(1, min(len(workers), len(values)))]
+    blocks = np.array_split(np.asarray(values, dtype=float), len(used))
+    held = [client.scatter(block, workers=[worker]) for block, worker in zip(blocks, used, strict=True)]
+    return da.concatenate([da.from_delayed(dask.delayed(future), shape=block.shape, dtype=block.dtype)
+                           for future, block in zip(held, blocks, strict=True)])
+
+
+class DaskLightGBMLearner(LightGBMLearner):
+    """The median (L1) and P90 (quantile) boosters, fitted on the workers."""
+
+    def fit(self, features: pd.DataFrame, target: FloatArray) -> Self:
+        params = {**LGBM_DEFAULTS, **(self.params or {}), "random_state": self.seed}
+        matrix, names = features.to_numpy(dtype=float), list(features.columns)
+        self.median_ = fit_booster({"objective": "l1", **params}, matrix, target, names=names)
+        self.upper_ = fit_booster({"objective": "quantile", "alpha": 0.9, **params}, matrix, target, names=names)
+        return self
+
+
+class DaskResidualLearner(ResidualLearner):
+    """The L1 booster of the residual (or of the whole duration, cold start), fitted on the workers."""
+
+    def fit(self, inputs: FloatArray, residual: FloatArray, weight: FloatArray) -> Self:
+        if self.family != "lgbm":
+            return super().fit(inputs, residual, weight)
+        params = {**LGBM_PARAMS, **(self.params or {}), "random_state": self.seed}
+        self.model_ = fit_booster({"objective": "l1", **params}, inputs, residual, weight)
+        return self
+
+
+class DaskCalibratedEstimator(CalibratedEstimator):
+    """:class:`models.calibrated.CalibratedEstimator` with the learner fitted on the workers.
+
+    ``fit`` is the parent's with one change, the learner it makes; a test holds the two to the same result."""
+
+    learner_kind: type[LightGBMLearner] = DaskLightGBMLearner
+
+    def fit(self, features: pd.DataFrame, target: FloatArray) -> Self:
+        if self.family not in LEARNERS:
+            raise ValueError(f"unknown model family {self.family!r}; known: {', '.join(LEARNERS)}")
+        z = np.log1p(np.asarray(target, dtype=float))
+        split = int(len(z) * (1.0 - self.calibration_share))
+        if split < 10 or len(z) - split < 10:
+            raise ValueError(f"need at least 10 rows on each side of the calibration split, got {len(z)} rows")
+        self.fallback_ = float(np.median(z[:split]))
+        features = features.drop(columns=[c for c in self.dropped if c in features])
+        self.feature_names_ = list(features.columns)
+        kind = self.learner_kind if self.family == "lgbm" else LEARNERS[self.family]
+        learner: QuantileLearner = kind(seed=self.seed, params=self.params)
+        self.learner_ = learner.fit(features.iloc[:split], z[:split])
+        self.baseline_index_ = self.feature_names_.index(self.baseline_column)
+        self.depth_index_ = self.feature_names_.index(self.depth_column)
+        cal = features.iloc[split:].to_numpy(dtype=float)
+        p50, p90 = self.learner_.predict_quantiles(cal)
+        base = self._baseline(cal)
+        buckets = self._buckets(cal)
+        self.weights_, self.offsets_ = self._calibrate(z[split:], p50, np.maximum(p90 - p50, 0.0), base, buckets)
+        self.mean_index_ = [self.feature_names_.index(c) for c in self.mean_columns if c in self.feature_names_]
+        if self.mean_index_:
+            y50 = np.maximum(np.expm1(self.weights_[buckets] * p50 + (1.0 - self.weights_[buckets]) * base), 0.0)
+            self.mean_weights_ = self._mean_weights(np.expm1(z[split:]), y50, self._history_mean(cal, y50), buckets)
+        return self
+
+
+class DaskResidualEstimator(ResidualEstimator):
+    """:class:`models.residual.ResidualEstimator` with the residual and cold-start learners fitted on the workers.
+
+    ``fit`` is the parent's with one change, the learners it makes; a test holds the two to the same result."""
+
+    learner_kind: type[ResidualLearner] = DaskResidualLearner
+
+    def fit(self, features: pd.DataFrame, target: FloatArray) -> Self:
+        if self.family not in FAMILIES:
+            raise ValueError(f"unknown model family {self.family!r}; known: {', '.join(FAMILIES)}")
+        z = np.log1p(np.asarray(target, dtype=float))
+        split = int(len(z) * (1.0 - self.calibration_share))
+        if split < 10 or len(z) - split < 10:
+            raise ValueError(f"need at least 10 rows on each side of the calibration split, got {len(z)} rows")
+        self.feature_names_ = list(features.columns)
+        self._index_columns()
+        self.fallback_ = float(np.median(z[:split]))
+        matrix = features.to_numpy(dtype=float)
+        rule = self._rule(matrix)
+        cal, z_cal, buckets = matrix[split:], z[split:], self._buckets(matrix[split:])
+        corrections = np.zeros((2, len(z_cal)))
+        self.learner_: ResidualLearner | None = None
+        self.cold_: ResidualLearner | None = None
+        if self.family != "history":
+            age = (split - 1 - np.arange(split)) / split
+            self.learner_ = self.learner_kind(self.family, self.seed, self.params).fit(
+                self._inputs(matrix[:split], rule[:split]), z[:split] - rule[:split],
+                0.5 ** (age / self.recency_halflife))
+            self.cold_ = self.learner_kind(self.family, self.seed, {**COLD_PARAMS[self.family], **(self.params or {})})
+            self.cold_.fit(matrix[:split][:, self.absolute_index_], z[:split], np.ones(split))
+            corrections = self._corrections(cal, rule[split:])
+        self.weights_, self.cold_weights_ = self._blend_weights(z_cal, rule[split:], corrections, buckets)
+        z50 = rule[split:] + self.weights_[buckets] * corrections[0] + self.cold_weights_[buckets] * corrections[1]
+        raw_scale = cal[:, self.scale_index_]
+        self.default_scale_ = float(np.nanmedian(raw_scale)) if not np.isnan(raw_scale).all() else 1.0
+        scores = np.sort((z_cal - z50) / self._scale(cal))
+        rank = min(len(scores), math.ceil((len(scores) + 1) * self.coverage)) - 1
+        self.offset_ = float(scores[rank])
+        if self.mean_index_:
+            y50 = np.maximum(np.expm1(z50), 0.0)
+            self.mean_weights_ = self._mean_weights(np.expm1(z_cal), y50, self._history_mean(cal, y50), buckets)
+        return self
