@@ -10,11 +10,12 @@ more than its CPU or memory.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass
 
+import numpy as np
+
 from placement.model.demand import Job, Task
-from placement.model.snapshot import MIB_PER_GIB, MILLI, Allocation, ClusterSnapshot, InstancePlacement, up
+from placement.model.snapshot import MIB_PER_GIB, MILLI, Allocation, ClusterSnapshot, InstancePlacement, IntArray, up
 
 
 @dataclass(frozen=True)
@@ -65,44 +66,88 @@ def violations(snapshot: ClusterSnapshot, job: Job, allocation: Allocation) -> l
     return _over_capacity(snapshot, allocation)
 
 
+MANY_GPUS = 32
+"""From this many GPUs held, an allocation is checked against the capacities in numpy; below, in Python integers."""
+
+
 def _over_capacity(snapshot: ClusterSnapshot, allocation: Allocation) -> list[str]:
-    """Capacity checks on the GPUs and machines the allocation touches (nothing else changes)."""
+    """Capacity checks on the GPUs and machines the allocation touches (nothing else changes): O(what the
+    allocation holds)."""
+    if sum(len(p.gpus) for p in allocation.instances) >= MANY_GPUS:
+        return _over_capacity_numpy(snapshot, allocation)
     layout = snapshot.layout
     gpu_add: dict[int, list[int]] = {}
     machine_add: dict[int, list[int]] = {}
     for p in allocation.instances:
         for g in p.gpus:
-            added = gpu_add.setdefault(g, [0, 0])
-            added[0] += p.gpu_milli
-            added[1] += p.gpu_mem_mib
-        added = machine_add.setdefault(p.machine, [0, 0])
-        added[0] += p.cpu_milli
-        added[1] += p.mem_mib
+            added = gpu_add.get(g)
+            if added is None:
+                gpu_add[g] = [p.gpu_milli, p.gpu_mem_mib]
+            else:
+                added[0] += p.gpu_milli
+                added[1] += p.gpu_mem_mib
+        added = machine_add.get(p.machine)
+        if added is None:
+            machine_add[p.machine] = [p.cpu_milli, p.mem_mib]
+        else:
+            added[0] += p.cpu_milli
+            added[1] += p.mem_mib
     gpus, machines = sorted(gpu_add), sorted(machine_add)
     problems = []
-    for name, index, used, extra, cap in (
-            ("GPU share", gpus, snapshot.gpu_milli_used, [gpu_add[g][0] for g in gpus], [MILLI] * len(gpus)),
-            ("GPU memory", gpus, snapshot.gpu_mem_used, [gpu_add[g][1] for g in gpus],
-             layout.gpu_mem_cap[gpus].tolist()),
-            ("CPU", machines, snapshot.cpu_used, [machine_add[m][0] for m in machines],
-             layout.cpu_cap[machines].tolist()),
-            ("memory", machines, snapshot.mem_used, [machine_add[m][1] for m in machines],
-             layout.mem_cap[machines].tolist())):
-        # Python integers: an allocation touches few GPUs and machines, where numpy calls cost more
-        for at, before, more, limit in zip(index, used[index].tolist(), extra, cap, strict=True):
-            if before + more > limit:
-                problems.append(f"{name} over capacity at index {at}: {before + more} > {limit}")
+    for name, index, used, adds, column, limit_of in (
+            ("GPU share", gpus, snapshot.gpu_milli_used.item, gpu_add, 0, None),
+            ("GPU memory", gpus, snapshot.gpu_mem_used.item, gpu_add, 1, layout.gpu_mem_cap.item),
+            ("CPU", machines, snapshot.cpu_used.item, machine_add, 0, layout.cpu_cap.item),
+            ("memory", machines, snapshot.mem_used.item, machine_add, 1, layout.mem_cap.item)):
+        for at in index:
+            total, limit = used(at) + adds[at][column], MILLI if limit_of is None else limit_of(at)
+            if total > limit:
+                problems.append(f"{name} over capacity at index {at}: {total} > {limit}")
                 break
+    return problems
+
+
+def _over_capacity_numpy(snapshot: ClusterSnapshot, allocation: Allocation) -> list[str]:
+    """:func:`_over_capacity` for an allocation of many GPUs, summed per GPU and per machine in numpy."""
+    layout, instances = snapshot.layout, allocation.instances
+    held = [len(p.gpus) for p in instances]
+    gpus, at_gpu = np.unique(np.fromiter((g for p in instances for g in p.gpus), dtype=np.int64, count=sum(held)),
+                             return_inverse=True)
+    machines, at_machine = np.unique(np.array([p.machine for p in instances], dtype=np.int64), return_inverse=True)
+
+    def summed(values: list[int], at: IntArray, size: int, per: list[int] | None = None) -> IntArray:
+        amounts = np.array(values, dtype=np.int64) if per is None else np.repeat(np.array(values, dtype=np.int64), per)
+        total = np.zeros(size, dtype=np.int64)
+        np.add.at(total, at.reshape(-1), amounts)
+        return total
+
+    problems = []
+    for name, index, used, extra, limit in (
+            ("GPU share", gpus, snapshot.gpu_milli_used, summed([p.gpu_milli for p in instances], at_gpu, len(gpus),
+                                                                held), np.full(len(gpus), MILLI)),
+            ("GPU memory", gpus, snapshot.gpu_mem_used, summed([p.gpu_mem_mib for p in instances], at_gpu, len(gpus),
+                                                                held), layout.gpu_mem_cap[gpus]),
+            ("CPU", machines, snapshot.cpu_used, summed([p.cpu_milli for p in instances], at_machine, len(machines)),
+             layout.cpu_cap[machines]),
+            ("memory", machines, snapshot.mem_used, summed([p.mem_mib for p in instances], at_machine, len(machines)),
+             layout.mem_cap[machines])):
+        total = used[index] + extra
+        over = np.flatnonzero(total > limit)
+        if len(over):
+            k = int(over[0])
+            problems.append(f"{name} over capacity at index {int(index[k])}: {int(total[k])} > {int(limit[k])}")
     return problems
 
 
 def _gang(job: Job, allocation: Allocation) -> list[str]:
     if allocation.job_id != job.job_id:
         return [f"allocation is for job {allocation.job_id}, not {job.job_id}"]
-    counts = Counter(p.task for p in allocation.instances)
+    counts: dict[int, int] = {}
+    for p in allocation.instances:
+        counts[p.task] = counts.get(p.task, 0) + 1
     wanted = {i: t.instances for i, t in enumerate(job.tasks)}
-    if dict(counts) != wanted:
-        return [f"gang broken: placed instances per task {dict(counts)}, job needs {wanted}"]
+    if counts != wanted:
+        return [f"gang broken: placed instances per task {counts}, job needs {wanted}"]
     return []
 
 
@@ -111,15 +156,18 @@ def _instance(snapshot: ClusterSnapshot, task: Task, need: Need, p: InstancePlac
     if not 0 <= p.machine < len(layout.cpu_cap):
         return [f"instance {i}: no machine {p.machine}"]
     problems: list[str] = []
-    machine_type = layout.gpu_types[int(layout.gpu_type[p.machine])]
-    if task.gpu > 0 and task.gpu_types and machine_type not in task.gpu_types:
-        problems.append(f"instance {i}: GPU type {machine_type} not in {sorted(task.gpu_types)}")
-    on_machine = all(0 <= g < len(layout.gpu_machine) and layout.gpu_machine[g] == p.machine for g in p.gpus)
+    if task.gpu > 0 and task.gpu_types:
+        machine_type = layout.gpu_types[layout.gpu_type.item(p.machine)]
+        if machine_type not in task.gpu_types:
+            problems.append(f"instance {i}: GPU type {machine_type} not in {sorted(task.gpu_types)}")
+    first = layout.gpu_first.item(p.machine)  # a machine's GPUs are numbered one after the other (Layout)
+    end = first + layout.gpu_count.item(p.machine)
+    on_machine = all(first <= g < end for g in p.gpus)
     expected_gpus = need.whole_gpus or (1 if task.gpu > 0 else 0)
     if len(set(p.gpus)) != len(p.gpus) or len(p.gpus) != expected_gpus or not on_machine:
         problems.append(f"instance {i}: needs {expected_gpus} distinct GPU(s) of machine {p.machine}, got {p.gpus}")
         return problems
-    if p.gpus and (p.gpu_milli < need.gpu_milli or p.gpu_mem_mib < need.gpu_mem_on(int(layout.gpu_mem_cap[p.gpus[0]]))):
+    if p.gpus and (p.gpu_milli < need.gpu_milli or p.gpu_mem_mib < need.gpu_mem_on(layout.gpu_mem_cap.item(p.gpus[0]))):
         problems.append(f"instance {i}: holds less GPU share or memory than it needs")
     if p.cpu_milli < need.cpu_milli or p.mem_mib < need.mem_mib:
         problems.append(f"instance {i}: holds less CPU or memory than it needs")

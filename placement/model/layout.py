@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from placement.model.cluster import CapacityArrays
     from placement.model.demand import Task
     from placement.model.snapshot import ClusterSnapshot
+    from placement.model.states import StateIds
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -111,6 +112,21 @@ class Places:
         domains = int(domain.max()) + 1 if len(domain) else 0
         self.zeros = (frozen(np.zeros(len(rack))), frozen(np.zeros(racks)), frozen(np.zeros(domains)))
 
+    @cached_property
+    def rack_members(self) -> list[IntArray]:
+        """The machines of each rack, ascending (read-only)."""
+        return _members(self.rack, len(self.zeros[1]))
+
+    @cached_property
+    def domain_members(self) -> list[IntArray]:
+        """The machines of each domain, ascending (read-only)."""
+        return _members(self.domain, len(self.zeros[2]))
+
+
+def _members(group: IntArray, groups: int) -> list[IntArray]:
+    order = np.argsort(group, kind="stable")
+    return [frozen(part) for part in np.split(order, np.cumsum(np.bincount(group, minlength=groups))[:-1])]
+
 
 class Table(Generic[K, V]):
     """Derived values by key, at most ``limit`` of them (the table is emptied when full)."""
@@ -163,6 +179,18 @@ class Derived:
     def places(self) -> Places:
         """Rack and domain of every machine."""
         return Places(self.layout.rack, self.layout.domain)
+
+    @cached_property
+    def state_ids(self) -> StateIds:
+        """The ids of the machine states met on the layout (``placement.model.states``)."""
+        from placement.model.states import StateIds  # that module imports this one
+
+        return StateIds(self.layout)
+
+    @cached_property
+    def type_index(self) -> dict[str, int]:
+        """The index of each of ``gpu_types`` (read-only)."""
+        return {t: k for k, t in enumerate(self.layout.gpu_types)}
 
     @cached_property
     def all_machines(self) -> BoolArray:

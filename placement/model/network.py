@@ -117,6 +117,11 @@ class NetworkTally:
         self.workers = _Sums(self.places)    # placed workers' per-PS traffic, Gbit/s
         self.footprint = _Sums(self.places)  # all-reduce: where the job already is (1 per machine used)
         self.total = 0.0
+        self._level: npt.NDArray[np.int64] | None = None
+        """All-reduce: :meth:`nearest_level`, once asked for, kept up to date by :meth:`record_at`."""
+        self._records: list[tuple[int, bool, bool] | None] = []
+        """Per instance recorded: the machine it added to the footprint (-1 if none) and whether its rack and its
+        domain were new to the job; ``None`` where the increments of every machine changed (:meth:`changed_since`)."""
 
     def increment(self, task_index: int) -> FloatArray:
         """Network cost added by placing one instance of the task on each machine."""
@@ -129,6 +134,43 @@ class NetworkTally:
             return np.zeros(len(self.places.rack_of))
         level = self.nearest_level()
         return task.bandwidth_gbps * np.asarray(self.cost)[level]
+
+    def increment_on(self, task_index: int, machines: npt.NDArray[np.int64]) -> FloatArray:
+        """``increment(task_index)[machines]``, worked out for those machines alone where it can be."""
+        task = self.job.tasks[task_index]
+        if self.n_ps:
+            return self.increment(task_index)[machines]
+        if self.footprint.total == 0:
+            return np.zeros(len(machines))
+        return task.bandwidth_gbps * np.asarray(self.cost)[self.nearest_level()[machines]]
+
+    def mark(self) -> int:
+        """A point to ask :meth:`changed_since` from."""
+        return len(self._records)
+
+    def changed_since(self, mark: int) -> npt.NDArray[np.int64] | None:
+        """The machines whose :meth:`increment` (for any task) may have changed since ``mark``; ``None`` where it
+        may have changed everywhere (the first instance of an all-reduce job; any instance of a job with
+        parameter servers, whose costs count the instances placed anywhere)."""
+        records = self._records[mark:]
+        parts = []
+        for record in records:
+            if record is None:
+                return None
+            if record[0] >= 0:
+                parts.append(self._reached(*record))
+        return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def _reached(self, machine: int, new_rack: bool, new_domain: bool) -> npt.NDArray[np.int64]:
+        """The machines whose nearest level a first instance on ``machine`` changes: the machine, and its rack's
+        and its domain's machines where those were new to the job."""
+        places = self.places
+        parts = [np.array([machine])]
+        if new_rack:
+            parts.append(places.rack_members[places.rack_of[machine]])
+        if new_domain:
+            parts.append(places.domain_members[places.domain_of[machine]])
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     def increment_at(self, task_index: int, machine: int) -> float:
         """:meth:`increment` for one machine, in O(1)."""
@@ -149,11 +191,23 @@ class NetworkTally:
         return task.bandwidth_gbps * self.cost[level]
 
     def nearest_level(self) -> npt.NDArray[np.int64]:
-        """All-reduce: per machine, the distance level to the nearest machine the job already uses."""
+        """All-reduce: per machine, the distance level to the nearest machine the job already uses (read-only,
+        valid until the next record)."""
+        if self._level is None:
+            self._level = self._levels(None)
+        return self._level
+
+    def _levels(self, machines: npt.NDArray[np.int64] | None) -> npt.NDArray[np.int64]:
+        """:meth:`nearest_level` worked out from the footprint, for every machine or for ``machines``."""
         at_machine, at_rack, at_domain = self.footprint.arrays()
+        places = self.places
+        if machines is not None:
+            at_machine, rack, domain = at_machine[machines], places.rack[machines], places.domain[machines]
+        else:
+            rack, domain = places.rack, places.domain
         # nested: on the machine implies in its rack implies in its domain
-        level: npt.NDArray[np.int64] = 3 - ((at_machine > 0).astype(np.int64) + (at_rack[self.places.rack] > 0)
-                                            + (at_domain[self.places.domain] > 0))
+        level: npt.NDArray[np.int64] = 3 - ((at_machine > 0).astype(np.int64) + (at_rack[rack] > 0)
+                                            + (at_domain[domain] > 0))
         return level
 
     def record(self, placement: InstancePlacement, added_cost: float) -> None:
@@ -169,8 +223,23 @@ class NetworkTally:
                 self.ps.add(machine, 1.0)
             else:
                 self.workers.add(machine, task.bandwidth_gbps / self.n_ps)
+            self._records.append(None)
         elif machine not in self.footprint.by_machine:
-            self.footprint.add(machine, 1.0)
+            fp, places = self.footprint, self.places
+            first = fp.total == 0
+            record = (machine, places.rack_of[machine] not in fp.by_rack, places.domain_of[machine] not in fp.by_domain)
+            fp.add(machine, 1.0)
+            self._records.append(None if first else record)
+            if self._level is not None:
+                if first:
+                    self._level = None
+                elif record[1] or record[2]:
+                    reached = self._reached(*record)
+                    self._level[reached] = self._levels(reached)
+                else:  # on a machine of a rack the job uses already: only the machine is nearer now
+                    self._level[machine] = 0
+        else:
+            self._records.append((-1, False, False))
 
 
 def network_cost(job: Job, instances: Iterable[tuple[int, int]], layout: Layout | Places,

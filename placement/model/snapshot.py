@@ -11,7 +11,9 @@ snapshots (``generation`` + 1); nothing here mutates a snapshot in place.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -19,7 +21,7 @@ from pyrsistent import pmap
 from pyrsistent.typing import PMap
 
 from placement.model.cluster import Cluster
-from placement.model.layout import MIB_PER_GIB, MILLI, IntArray, Layout, down, frozen, up
+from placement.model.layout import MIB_PER_GIB, MILLI, IntArray, Layout, Table, down, frozen, up
 
 __all__ = ["MIB_PER_GIB", "MILLI", "Allocation", "ClusterSnapshot", "InstancePlacement", "IntArray", "Layout",
            "allocated_share", "apply", "at_generation", "down", "empty_snapshot", "layout_of", "release", "up"]
@@ -49,16 +51,25 @@ class Allocation:
         return {p.machine for p in self.instances}
 
 
-class _PerMachine:
-    """Per-machine sums of one snapshot's GPU usage, each worked out when first read (or carried over
-    from the snapshot it was made from)."""
+T = TypeVar("T")
+KEPT = 64
+"""Values :meth:`ClusterSnapshot.remember` keeps per snapshot (the table is emptied when full)."""
 
-    __slots__ = ("free_whole", "gpu_milli", "share")
+
+class _PerMachine:
+    """What is derived from one snapshot's usage: per-machine sums, each worked out when first read (or
+    carried over from the snapshot it was made from), and the values kept by ``ClusterSnapshot.remember``."""
+
+    __slots__ = ("free_whole", "gpu_milli", "kept", "share", "state_ids", "type_free")
 
     def __init__(self) -> None:
         self.gpu_milli: IntArray | None = None
         self.free_whole: IntArray | None = None
         self.share: npt.NDArray[np.float64] | None = None
+        self.type_free: npt.NDArray[np.float64] | None = None
+        self.kept: Table[Hashable, object] | None = None
+        self.state_ids: tuple[int, IntArray] | None = None
+        """The ids of the machines' states, with the epoch of the layout's ids they belong to."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +97,34 @@ class ClusterSnapshot:
     def layout(self) -> Layout:
         return self.cluster.layout
 
+    def remember(self, key: Hashable, make: Callable[[], T]) -> T:
+        """``make()``, kept with the snapshot under ``key``: a snapshot never changes, so what is worked out
+        from its usage holds as long as it lives (at most ``KEPT`` values; the caller must not change them)."""
+        sums = self._per_machine
+        if sums.kept is None:
+            sums.kept = Table(KEPT)
+        return cast(T, sums.kept.get(key, make))
+
+    def state_ids(self, near: ClusterSnapshot | None = None) -> IntArray:
+        """Per machine, the id of its state (``placement.model.states``; read-only): carried from the snapshot this
+        one was made from, else worked out from ``near``'s (another snapshot of the cluster) on the machines whose
+        usage differs, else on every machine."""
+        registry, sums = self.layout.derived.state_ids, self._per_machine
+        if sums.state_ids is not None and sums.state_ids[0] == registry.epoch:
+            return sums.state_ids[1]
+        kept = near._per_machine.state_ids if near is not None and near.layout is self.layout else None
+        if near is not None and kept is not None and kept[0] == registry.epoch:
+            gpus = np.flatnonzero((near.gpu_milli_used != self.gpu_milli_used)
+                                  | (near.gpu_mem_used != self.gpu_mem_used))
+            changed = np.union1d(self.layout.gpu_machine[gpus], np.flatnonzero(near.cpu_used != self.cpu_used))
+            ids = kept[1].copy()
+        else:
+            changed, ids = np.arange(len(self.cpu_used)), np.zeros(len(self.cpu_used), dtype=np.int64)
+        if len(changed):
+            ids[changed] = registry.of(self.gpu_milli_used, self.gpu_mem_used, self.cpu_used, changed)
+        sums.state_ids = (registry.epoch, frozen(ids))
+        return sums.state_ids[1]
+
     @property
     def machine_gpu_milli(self) -> IntArray:
         """Allocated milli-GPUs per machine (derived once per snapshot)."""
@@ -102,6 +141,17 @@ class ClusterSnapshot:
         if sums.share is None:
             sums.share = frozen(allocated_share(self.layout, self.machine_gpu_milli, self.cpu_used))
         return sums.share
+
+    @property
+    def type_free_milli(self) -> npt.NDArray[np.float64]:
+        """Free milli-GPUs per GPU type (indexed as ``layout.gpu_types``), as whole numbers in floats."""
+        sums = self._per_machine
+        if sums.type_free is None:
+            layout = self.layout
+            free = np.bincount(layout.gpu_type[layout.gpu_machine], weights=MILLI - self.gpu_milli_used,
+                               minlength=len(layout.gpu_types))
+            sums.type_free = frozen(free.astype(np.float64, copy=False))
+        return sums.type_free
 
     @property
     def machine_free_whole(self) -> IntArray:
@@ -159,13 +209,23 @@ def _with(snapshot: ClusterSnapshot, allocation: Allocation, sign: int,
 
 
 def _carry_derived(parent: ClusterSnapshot, child: ClusterSnapshot, allocation: Allocation, sign: int) -> None:
-    """Give ``child`` the per-machine sums ``parent`` has derived, changed by ``allocation`` alone:
+    """Give ``child`` the sums per machine and per GPU type ``parent`` has derived, changed by ``allocation`` alone:
     O(GPUs the allocation holds), where summing its machines again would cost O(GPUs of those machines)
     (on one big node, every GPU of the cluster, on every start and end of a replay)."""
-    known = parent._per_machine
+    known, sums, layout = parent._per_machine, child._per_machine, child.layout
+    registry = layout.derived.state_ids if known.state_ids is not None else None
+    if registry is not None and known.state_ids is not None and known.state_ids[0] == registry.epoch:
+        changed = np.array(sorted(allocation.machines()), dtype=np.int64)
+        ids = known.state_ids[1].copy()
+        ids[changed] = registry.of(child.gpu_milli_used, child.gpu_mem_used, child.cpu_used, changed)
+        sums.state_ids = (registry.epoch, frozen(ids))
+    if known.type_free is not None:
+        type_free = known.type_free.copy()
+        for p in allocation.instances:
+            type_free[layout.gpu_type[p.machine]] -= sign * p.gpu_milli * len(p.gpus)
+        sums.type_free = frozen(type_free)
     if known.gpu_milli is None or known.free_whole is None or known.share is None:
         return
-    layout = child.layout
     milli, free, share = known.gpu_milli.copy(), known.free_whole.copy(), known.share.copy()
     gpus: set[int] = set()
     for p in allocation.instances:
@@ -178,7 +238,6 @@ def _carry_derived(parent: ClusterSnapshot, child: ClusterSnapshot, allocation: 
     for m in {p.machine for p in allocation.instances}:
         count = int(layout.gpu_count[m])
         share[m] = int(milli[m]) / (count * MILLI) if count else child.cpu_used[m] / max(int(layout.cpu_cap[m]), 1)
-    sums = child._per_machine
     sums.gpu_milli, sums.free_whole, sums.share = frozen(milli), frozen(free), frozen(share)
 
 
@@ -189,6 +248,8 @@ def at_generation(snapshot: ClusterSnapshot, generation: int) -> ClusterSnapshot
     moved = replace(snapshot, generation=generation)
     known, sums = snapshot._per_machine, moved._per_machine
     sums.gpu_milli, sums.free_whole, sums.share = known.gpu_milli, known.free_whole, known.share
+    # the same usage: what was worked out from it holds
+    sums.type_free, sums.kept, sums.state_ids = known.type_free, known.kept, known.state_ids
     return moved
 
 

@@ -24,19 +24,26 @@ machine it goes to: ``added`` gives, per machine, the least fragmentation any wa
 adds (for a share: on each GPU it fits; whole GPUs: the free ones; CPU only: the CPU), and which GPU
 gives it; among GPUs that add the same, the fullest, then the lowest index (or, counted in steps, among
 GPUs whose additions fall in the same step: the fullest).
+
+The same figures, worked out other ways where those are cheaper: :class:`Measured` keeps what the measure
+reads of each machine state and its parts, from which an instance without a share takes a few array
+operations; :class:`MachineRow` works on one machine of a few GPUs in Python numbers.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from placement.model.feasibility import Need
 from placement.model.layout import MILLI, BoolArray, FloatArray, IntArray, Layout
 from placement.online.shape_mix import Mix
 
+A = TypeVar("A", bound=npt.NDArray[Any])
 NO_GPU = -1
 """A row's free share where the machine has no such GPU (rows are as wide as the widest machine)."""
 
@@ -56,6 +63,8 @@ class ShapeTable:
     total: int
     uses_gpu: BoolArray
     accessible: BoolArray
+    norm: IntArray
+    """Per GPU type, the counts of the shapes that accept it summed, at least 1 (:func:`accepting`)."""
 
     @staticmethod
     def of(mix: Mix, layout: Layout) -> ShapeTable:
@@ -67,7 +76,8 @@ class ShapeTable:
                           np.array([s.gpus for s in mix.shapes], dtype=np.int64),
                           np.array([s.cpu_milli for s in mix.shapes], dtype=np.int64),
                           np.array(mix.counts, dtype=np.int64), max(sum(mix.counts), 1),
-                          np.array([s.gpus > 0 for s in mix.shapes], dtype=bool), accessible)
+                          np.array([s.gpus > 0 for s in mix.shapes], dtype=bool), accessible,
+                          np.maximum(accessible.astype(np.int64) @ np.array(mix.counts, dtype=np.int64), 1))
 
 
 class MachineUsage(Protocol):
@@ -168,7 +178,7 @@ def measure(tally: Tally, table: ShapeTable) -> IntArray:
 def accepting(gpu_type: IntArray, table: ShapeTable) -> IntArray:
     """Per GPU type index, the sum of the counts of the shapes that accept it (at least 1): what
     :func:`fragmentation` is divided by, on a machine of that type, to give milli-GPUs."""
-    result: IntArray = np.maximum(table.accessible[gpu_type].astype(np.int64) @ table.counts, 1)
+    result: IntArray = table.norm[gpu_type]
     return result
 
 
@@ -203,18 +213,230 @@ def added(rows: Rows, need: Need, table: ShapeTable, step_milli: float | None = 
     With ``step_milli``, GPUs whose additions fall in the same step of that many milli-GPUs (rounded down)
     count as adding the same, so the fullest of them is taken."""
     tally = Tally.of(rows, table)
-    before = measure(tally, table)
+    return added_to(rows, tally, measure(tally, table), need, table, step_milli)
+
+
+def added_to(rows: Rows, tally: Tally, before: IntArray, need: Need, table: ShapeTable,
+             step_milli: float | None = None) -> tuple[FloatArray, IntArray]:
+    """:func:`added`, given the rows' tallies and their :func:`measure` (which do not depend on ``need``)."""
+    best, best_gpu, _ = added_both(rows, tally, before, need, table, step_milli, None)
+    return best, best_gpu
+
+
+def added_both(rows: Rows, tally: Tally, before: IntArray, need: Need, table: ShapeTable, step_milli: float | None,
+               then_milli: float | None) -> tuple[FloatArray, IntArray, IntArray]:
+    """:func:`added_to` with ``step_milli``, and the GPU it would choose with ``then_milli`` instead (the
+    same ways of placing, ranked once more: ``NO_GPU`` where the choice is not a GPU's)."""
     row, gpu, taken, was, now = options(rows, need)
     best = np.full(len(before), np.inf)
     best_gpu = np.full(len(before), NO_GPU, dtype=np.int64)
+    then_gpu = best_gpu.copy()
     if not len(row):
-        return best, best_gpu
-    norm = accepting(tally.gpu_type[row], table)
+        return best, best_gpu, then_gpu
+    norm = table.norm[tally.gpu_type[row]]
     after = tally.after(row, taken, was, now, need.cpu_milli, table.levels)
     grown = measure(after, table) - before[row]  # exact: integers
-    key = grown if step_milli is None else np.floor(grown / norm / step_milli + 1e-9)
-    fuller = np.where(gpu == NO_GPU, 0, was)  # prefer the fullest GPU among those that add the same
+    if need.gpu_milli and not need.whole_gpus:  # several GPUs of a row may take a share: the best of them
+        fuller = np.where(gpu == NO_GPU, 0, was)  # prefer the fullest GPU among those that add the same
+        first = _first_per_row(row, gpu, fuller, grown if step_milli is None else _steps(grown, norm, step_milli))
+        best[row[first]], best_gpu[row[first]] = grown[first] / norm[first], gpu[first]
+        if then_milli != step_milli:
+            first = _first_per_row(row, gpu, fuller, grown if then_milli is None else _steps(grown, norm, then_milli))
+        then_gpu[row[first]] = gpu[first]
+    else:  # one way per row, rows ascending
+        best[row], best_gpu[row], then_gpu[row] = grown / norm, gpu, gpu
+    return best, best_gpu, then_gpu
+
+
+def _steps(grown: IntArray, norm: IntArray, step_milli: float) -> FloatArray:
+    steps: FloatArray = np.floor(grown / norm / step_milli + 1e-9)
+    return steps
+
+
+def _first_per_row(row: IntArray, gpu: IntArray, fuller: IntArray, key: FloatArray | IntArray) -> IntArray:
+    """Per row, the way of placing with the least ``key``, then the fullest GPU, then the lowest."""
     order = np.lexsort((gpu, fuller, key, row))
-    first = order[np.r_[True, row[order][1:] != row[order][:-1]]]
-    best[row[first]], best_gpu[row[first]] = grown[first] / norm[first], gpu[first]
-    return best, best_gpu
+    first: IntArray = order[np.r_[True, row[order][1:] != row[order][:-1]]]
+    return first
+
+
+class MachineRow:
+    """One machine's state as Python numbers, for :func:`added_both` on it alone, instance after instance
+    (:meth:`take`): on a machine of a few GPUs, a few hundred operations on Python numbers cost less than the
+    numpy calls over one row. The same integers, the same floating-point operations, the same choices."""
+
+    def __init__(self, usage: MachineUsage, machine: int, table: ShapeTable) -> None:
+        layout = usage.layout
+        first = layout.gpu_first.item(machine)
+        span = slice(first, first + layout.gpu_count.item(machine))
+        self.caps: list[int] = layout.gpu_mem_cap[span].tolist()
+        self.free: list[int] = [MILLI - used for used in usage.gpu_milli[span].tolist()]
+        mem_used = usage.gpu_mem[span].tolist()
+        self.mem_free: list[int] = [cap - used for cap, used in zip(self.caps, mem_used, strict=True)]
+        self.cpu_free: int = layout.cpu_cap.item(machine) - usage.cpu.item(machine)
+        gpu_type = layout.gpu_type.item(machine)
+        self.levels: list[int] = table.levels.tolist()
+        self.norm: int = table.norm.item(gpu_type)
+        accepted = np.flatnonzero(table.accessible[gpu_type]).tolist()
+        self.shapes = [(table.counts.item(s), table.level_of.item(s), table.gpus.item(s), table.cpu.item(s),
+                        bool(table.uses_gpu[s])) for s in accepted]
+        """Per shape the machine's type accepts: its count, level index, GPUs, CPU and whether it uses GPUs."""
+
+    def _measure(self, total: int, count: list[int], below: list[int], cpu_free: int) -> int:
+        return sum(n * (below[level] if uses and count[level] >= gpus and cpu_free >= cpu else total)
+                   for n, level, gpus, cpu, uses in self.shapes)
+
+    def _tally(self) -> tuple[int, list[int], list[int]]:
+        free = self.free
+        total = sum(f for f in free if f > 0)
+        count = [sum(1 for f in free if f >= level) for level in self.levels]
+        below = [total - sum(f for f in free if f >= level) for level in self.levels]
+        return total, count, below
+
+    def added_both(self, need: Need, step_milli: float | None,
+                   then_milli: float | None) -> tuple[float, int, int]:
+        """:func:`added_both` for this machine: the cost, its GPU and the GPU counted with ``then_milli``."""
+        total, count, below = self._tally()
+        before = self._measure(total, count, below, self.cpu_free)
+        ways: list[tuple[int, int, int, int]] = []  # (GPU, GPUs taken, free share before, after)
+        if need.gpu_milli and not need.whole_gpus:
+            seen: set[int] = set()
+            for k, (f, mem, cap) in enumerate(zip(self.free, self.mem_free, self.caps, strict=True)):
+                per_gpu = need.gpu_mem_mib if need.gpu_mem_mib >= 0 else math.ceil(need.share_mem * cap - 1e-9)
+                if f >= need.gpu_milli and cap > 0 and mem >= per_gpu and f not in seen:
+                    seen.add(f)
+                    ways.append((k, 1, f, f - need.gpu_milli))
+        elif need.gpu_milli:
+            whole = sum(1 for f, mem, cap in zip(self.free, self.mem_free, self.caps, strict=True)
+                        if f == MILLI and mem == cap and cap > 0)
+            if whole >= need.whole_gpus:
+                ways.append((NO_GPU, need.whole_gpus, MILLI, 0))
+        else:
+            ways.append((NO_GPU, 0, 0, 0))
+        if not ways:
+            return math.inf, NO_GPU, NO_GPU
+        grown: list[int] = []
+        cpu_after = self.cpu_free - need.cpu_milli
+        for _, taken, was, now in ways:
+            after_count = [c - taken * ((was >= level) - (now >= level)) for c, level in zip(count, self.levels,
+                                                                                            strict=True)]
+            after_below = [b - taken * ((was - now) - (was if was >= level else 0) + (now if now >= level else 0))
+                           for b, level in zip(below, self.levels, strict=True)]
+            grown.append(self._measure(total - taken * (was - now), after_count, after_below, cpu_after) - before)
+        norm = self.norm
+        best = self._first(ways, grown, step_milli)
+        then = best if then_milli == step_milli else self._first(ways, grown, then_milli)
+        return grown[best] / norm, ways[best][0], ways[then][0]
+
+    def _first(self, ways: list[tuple[int, int, int, int]], grown: list[int], step_milli: float | None) -> int:
+        """The way with the least addition (in steps of ``step_milli``), then the fullest GPU, then the lowest."""
+        norm = self.norm
+        keys = [(g if step_milli is None else math.floor(g / norm / step_milli + 1e-9), way[2] if way[0] != NO_GPU
+                 else 0, way[0]) for g, way in zip(grown, ways, strict=True)]
+        return min(range(len(ways)), key=keys.__getitem__)
+
+    def take(self, slots: tuple[int, ...], gpu_milli: int, gpu_mem_mib: int, cpu_milli: int) -> None:
+        """Change the state by an instance holding ``gpu_milli`` and ``gpu_mem_mib`` of each GPU of ``slots``
+        (positions on the machine) and ``cpu_milli``."""
+        for k in slots:
+            self.free[k] -= gpu_milli
+            self.mem_free[k] -= gpu_mem_mib
+        self.cpu_free -= cpu_milli
+
+
+def with_room(array: A, size: int, fill: object) -> A:
+    """``array`` with room for ``size`` entries along its first axis (at least doubled), the new ones ``fill``."""
+    if len(array) >= size:
+        return array
+    more = np.full((max(size, 2 * len(array)) - len(array), *array.shape[1:]), fill, dtype=array.dtype)
+    return cast(A, np.concatenate([array, more]))
+
+
+class Measured:
+    """Per machine state (by an id the caller gives it): its :class:`Tally` and how many of its GPUs are whole and
+    free, and under one shape table its :func:`measure` and the parts of it that an instance without a share
+    changes, so that :func:`added` for such an instance takes a few operations on what is kept:
+
+    * ``hosted[s]``: the state hosts shape ``s`` (its type accepts it); ``weighted[s]``: ``s``'s count there
+      (0 where its type refuses ``s``); ``lost[s]``: what ``s`` would add, weighted, if the state no longer hosted it
+      (its free share at least ``s``'s level); ``margin[s]``: GPUs with ``s``'s share free beyond ``s``'s GPUs;
+      ``unhosted``: the counts of the shapes accepted and not hosted, summed.
+
+    Placing an instance of ``k`` whole GPUs (``k`` = 0: none) and ``c`` milli-cores takes ``k`` GPUs from the count
+    at every level and ``k`` x 1000 from the total, and ``c`` from the free CPU: a shape still hosted adds nothing,
+    one hosted no more adds its ``lost`` less ``k`` x 1000 x its count, one not hosted ``k`` x 1000 x its count
+    less (:meth:`added_whole`). The tallies hold while the table's levels do, the rest while the table does."""
+
+    def __init__(self, table: ShapeTable) -> None:
+        self.table = table
+        levels, shapes = len(table.levels), len(table.counts)
+        def none(*shape: int) -> IntArray:
+            return np.zeros((0, *shape), dtype=np.int64)
+
+        self.total, self.cpu_free, self.gpu_type, self.whole = none(), none(), none(), none()
+        self.count, self.below = none(levels), none(levels)
+        self.tallied: BoolArray = np.zeros(0, dtype=bool)
+        self.before, self.unhosted = none(), none()
+        self.hosted: BoolArray = np.zeros((0, shapes), dtype=bool)
+        self.weighted, self.lost, self.margin = none(shapes), none(shapes), none(shapes)
+        self.measured: BoolArray = np.zeros(0, dtype=bool)
+
+    def retable(self, table: ShapeTable) -> Measured:
+        """What is kept under ``table`` instead: the tallies if its levels are the same, else nothing."""
+        if not np.array_equal(table.levels, self.table.levels):
+            return Measured(table)
+        kept = Measured(table)
+        kept.total, kept.cpu_free, kept.gpu_type, kept.whole = self.total, self.cpu_free, self.gpu_type, self.whole
+        kept.count, kept.below, kept.tallied = self.count, self.below, self.tallied
+        return kept
+
+    def fit(self, size: int) -> None:
+        """Make room for ``size`` states."""
+        if len(self.tallied) >= size and len(self.measured) >= size:
+            return
+        self.total, self.cpu_free, self.gpu_type, self.whole, self.count, self.below = (
+            with_room(a, size, 0)
+            for a in (self.total, self.cpu_free, self.gpu_type, self.whole, self.count, self.below))
+        self.before, self.unhosted, self.weighted, self.lost, self.margin = (
+            with_room(a, size, 0) for a in (self.before, self.unhosted, self.weighted, self.lost, self.margin))
+        self.hosted = with_room(self.hosted, size, False)
+        self.tallied, self.measured = with_room(self.tallied, size, False), with_room(self.measured, size, False)
+
+    def prepare(self, usage: MachineUsage, machines: IntArray, ids: IntArray) -> None:
+        """Work out what is not kept yet for the states ``ids`` (distinct) of ``machines`` in ``usage``."""
+        new = np.flatnonzero(~self.tallied[ids])
+        if len(new):
+            at, rows = ids[new], rows_of(usage, machines[new])
+            tally = Tally.of(rows, self.table)
+            self.total[at], self.count[at], self.below[at] = tally.total, tally.count, tally.below
+            self.cpu_free[at], self.gpu_type[at] = rows.cpu_free, rows.gpu_type
+            self.whole[at] = ((rows.free == MILLI) & (rows.mem_free == rows.caps) & (rows.caps > 0)).sum(axis=1)
+            self.tallied[at] = True
+        stale = ids[~self.measured[ids]]
+        if not len(stale):
+            return
+        table, level = self.table, self.table.level_of
+        total, count, below = self.total[stale], self.count[stale][:, level], self.below[stale][:, level]
+        weighted = table.accessible[self.gpu_type[stale]] * table.counts
+        hosted = table.uses_gpu & (count >= table.gpus) & (self.cpu_free[stale][:, None] >= table.cpu)
+        self.before[stale] = (np.where(hosted, below, total[:, None]) * weighted).sum(axis=1)
+        self.hosted[stale], self.weighted[stale], self.margin[stale] = hosted, weighted, count - table.gpus
+        self.lost[stale] = np.where(hosted, weighted * (total[:, None] - below), 0)
+        self.unhosted[stale] = np.where(hosted, 0, weighted).sum(axis=1)
+        self.measured[stale] = True
+
+    def tally(self, ids: IntArray) -> Tally:
+        return Tally(self.total[ids], self.count[ids], self.below[ids], self.cpu_free[ids], self.gpu_type[ids])
+
+    def added_whole(self, ids: IntArray, whole_gpus: int, cpu_milli: int) -> tuple[IntArray, BoolArray]:
+        """For an instance of ``whole_gpus`` whole GPUs (0: none) and ``cpu_milli``: per state, the fragmentation it
+        adds (times the type's :func:`accepting`, as ``measure``) and whether it fits there."""
+        table, taken = self.table, whole_gpus * MILLI
+        still = table.uses_gpu & (self.margin[ids] >= whole_gpus) & (self.cpu_free[ids][:, None] - cpu_milli
+                                                                     >= table.cpu)
+        lost = self.lost[ids]
+        if taken:
+            lost = lost - taken * np.where(self.hosted[ids], self.weighted[ids], 0)
+        grown: IntArray = np.where(still, 0, lost).sum(axis=1) - taken * self.unhosted[ids]
+        fits: BoolArray = self.whole[ids] >= whole_gpus
+        return grown, fits

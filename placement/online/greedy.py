@@ -23,7 +23,15 @@ from placement.model.decision import Decision, Verdict
 from placement.model.demand import Job, Role
 from placement.model.feasibility import Need, need_of, violations
 from placement.model.network import NetworkTally, placement_cost
-from placement.model.snapshot import MILLI, Allocation, ClusterSnapshot, InstancePlacement, Layout, empty_snapshot
+from placement.model.snapshot import (
+    MILLI,
+    Allocation,
+    ClusterSnapshot,
+    InstancePlacement,
+    IntArray,
+    Layout,
+    empty_snapshot,
+)
 from placement.model.speed import SpeedModel
 from placement.model.topology import DEFAULT_DISTANCE_COST
 from placement.online.explain import failure_reasons
@@ -75,10 +83,20 @@ class Step:
     placed: list[InstancePlacement]
     need: Need
     """The instance's demand in integer units (worked out once per task)."""
+    changed: IntArray | None = None
+    """The machines that can host the instance and whose usage, candidacy or network increment changed since the
+    step before of the same task (repeats allowed); ``None`` on the task's first step, or where they may have
+    changed everywhere. A machine that can no longer host the task's instances is not named: nothing reads its
+    score again."""
+    memo: dict[object, object] = field(default_factory=dict)
+    """What the policy keeps from one step of the task to the next (the same dictionary for all of them)."""
+    more: bool = False
+    """Whether another step of the task may follow (worth keeping something for)."""
 
 
 Chooser = Callable[[Step], FloatArray]
-"""Scores every machine for the instance of ``step`` (lower is better); infeasible ones are ignored."""
+"""Scores every machine for the instance of ``step`` (lower is better); infeasible ones are ignored (their scores
+are whatever the chooser leaves there)."""
 Fills = Callable[[Job, int], bool]
 """Whether the machine chosen for an instance of a task keeps the best score for the task's next
 instances until it is full (true for packing scorers), so it can take them without rescoring."""
@@ -135,20 +153,30 @@ def _build(snapshot: ClusterSnapshot, job: Job, choose: Chooser, config: Placeme
     working = WorkingState(snapshot)
     network = NetworkTally(job, snapshot.layout, config.distance_cost)
     placed: list[InstancePlacement] = []
-    for task_index in task_order(job):
+    order = task_order(job)
+    for task_index in order:
         task = job.tasks[task_index]
         need, fill, remaining = need_of(task), fills(job, task_index), task.instances
+        memo: dict[object, object] = {}
+        reached: IntArray | None = None
         while remaining:
             candidates = working.candidates(need)
             if not candidates.ok.any():
                 return placed, (task_index, candidates), network.total
-            step = Step(job, task_index, candidates, working, network, config, placed, need)
+            # a machine that cannot host this instance cannot host the task's later ones: its score is not read again
+            changed = None if reached is None else reached[candidates.ok[reached]]
+            step = Step(job, task_index, candidates, working, network, config, placed, need, changed, memo,
+                        more=remaining > 1)
             machine = int(np.argmin(np.where(candidates.ok, choose(step), np.inf)))
             count = min(remaining, max(1, working.room_on(machine, need))) if fill else 1
-            for placement in working.take_many(machine, task_index, need, count):
+            last = count == remaining and task_index == order[-1]  # nothing reads the working state after it
+            taken, mark = len(working.touched()), network.mark()
+            for placement in working.take_many(machine, task_index, need, count, keep=not last):
                 network.record(placement, network.increment_at(task_index, machine))
                 placed.append(placement)
             remaining -= count
+            near = network.changed_since(mark) if remaining else None
+            reached = None if near is None else np.concatenate([working.touched()[taken:], near])
     return placed, None, network.total
 
 

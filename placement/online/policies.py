@@ -40,13 +40,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from types import MappingProxyType
+from typing import cast
 
 from placement.model.decision import Decision
 from placement.model.demand import Job, Role
+from placement.model.layout import IntArray
 from placement.model.snapshot import ClusterSnapshot
 from placement.online.greedy import Chooser, Fills, PlacementConfig, Step, breakdown, never_fills, place_greedy
 from placement.online.scorers import SCORERS
-from placement.online.scorers.base import Costs, Term, WeightedSum
+from placement.online.scorers.base import Costs, LocalScorer, Term, WeightedSum
 from placement.online.scorers.fragmentation import Fragmentation
 from placement.online.scorers.type_demand import TypeDemand
 
@@ -59,8 +61,12 @@ TIER_WEIGHT = 10.0
 
 def one_pod(step: Step) -> bool:
     """Whether no network cost is at stake for the instance of ``step``: its job has one instance, or the
-    instance asks for a share of a GPU."""
-    return sum(t.instances for t in step.job.tasks) == 1 or 0 < step.job.tasks[step.task_index].gpu < 1
+    instance asks for a share of a GPU (worked out once per task)."""
+    found = step.memo.get(one_pod)
+    if found is None:
+        found = step.memo[one_pod] = sum(t.instances for t in step.job.tasks) == 1 or \
+            0 < step.job.tasks[step.task_index].gpu < 1
+    return bool(found)
 
 
 class ForGangs:
@@ -74,6 +80,13 @@ class ForGangs:
 
     def cost(self, step: Step) -> Costs | None:
         return None if one_pod(step) else self.scorer.cost(step)
+
+    def local(self, step: Step) -> bool:
+        return one_pod(step) or (callable(getattr(self.scorer, "cost_at", None))
+                                 and cast(LocalScorer, self.scorer).local(step))
+
+    def cost_at(self, step: Step, machines: IntArray) -> Costs | None:
+        return None if one_pod(step) else cast(LocalScorer, self.scorer).cost_at(step, machines)
 
 
 class OnePodFragmentation:
@@ -90,6 +103,15 @@ class OnePodFragmentation:
     def cost(self, step: Step) -> Costs | None:
         if one_pod(step):
             return self.fragmentation.cost(step)
+        self.fragmentation.mix.observe(step.job)
+        return None
+
+    def local(self, step: Step) -> bool:
+        return not one_pod(step) or self.fragmentation.local(step)
+
+    def cost_at(self, step: Step, machines: IntArray) -> Costs | None:
+        if one_pod(step):
+            return self.fragmentation.cost_at(step, machines)
         self.fragmentation.mix.observe(step.job)
         return None
 

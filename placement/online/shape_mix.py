@@ -81,7 +81,8 @@ class ShapeMix:
         self._since = 0
         self._at_refresh = 0
         self._mix = Mix((), (), 0)
-        self._demand: dict[tuple[str, ...], int] | None = None
+        self._demand: tuple[dict[tuple[str, ...], int], int] | None = None
+        """:meth:`restricted_demand` and :meth:`gpu_demand` as of the last new job (asked on every decision)."""
 
     def observe(self, job: Job) -> None:
         """Count ``job``'s instances (once per job id among the jobs in the window)."""
@@ -103,17 +104,22 @@ class ShapeMix:
 
     def restricted_demand(self) -> dict[tuple[str, ...], int]:
         """Milli-GPUs the instances in the window that accept only some GPU types asked for, per set of types
-        (every such instance, typical or not)."""
-        demand: Counter[tuple[str, ...]] = Counter()
-        for shape, count in self._counts.items():
-            if shape.gpu_types and shape.requested_milli:
-                demand[shape.gpu_types] += count * shape.requested_milli
-        self._demand = dict(demand)
-        return self._demand
+        (every such instance, typical or not). Read-only."""
+        return self._demands()[0]
 
     def gpu_demand(self) -> int:
         """Milli-GPUs the instances in the window asked for."""
-        return sum(count * shape.requested_milli for shape, count in self._counts.items())
+        return self._demands()[1]
+
+    def _demands(self) -> tuple[dict[tuple[str, ...], int], int]:
+        if self._demand is None:
+            demand: Counter[tuple[str, ...]] = Counter()
+            for shape, count in self._counts.items():
+                if shape.gpu_types and shape.requested_milli:
+                    demand[shape.gpu_types] += count * shape.requested_milli
+            total = sum(count * shape.requested_milli for shape, count in self._counts.items())
+            self._demand = dict(demand), total
+        return self._demand
 
     def current(self) -> Mix:
         """The typical shapes, worked out again if enough jobs arrived since the last time."""

@@ -1,4 +1,4 @@
-"""A mutable scratch copy of a snapshot's usage, for building one decision instance by instance.
+"""A snapshot's usage as one decision changes it, instance by instance (copied at the first change).
 
 ``candidates`` answers, for every machine at once (numpy, no Python loop over machines), whether it
 can host one more instance of a demand now, and if not, which filter it fails first (a code per
@@ -46,28 +46,68 @@ class Candidates:
         return self._reason
 
 
+@dataclass
+class _Kept:
+    """The candidates of one demand, and how many takes they have seen."""
+
+    seen: int
+    candidates: Candidates
+    chain: Chain
+
+
 class WorkingState:
-    """Usage arrays copied from ``snapshot``, changed by :meth:`take` while a decision is built."""
+    """Usage arrays of ``snapshot``, changed by :meth:`take` while a decision is built.
+
+    Until the first take the arrays are the snapshot's own (read-only): most decisions look at every
+    machine and change one or two, and what is worked out from the unchanged usage is kept with the
+    snapshot (:meth:`remember`) for the next decision on it."""
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         self.snapshot = snapshot
         self.layout = snapshot.layout
-        self.gpu_milli = snapshot.gpu_milli_used.copy()
-        self.gpu_mem = snapshot.gpu_mem_used.copy()
-        self.cpu = snapshot.cpu_used.copy()
-        self.mem = snapshot.mem_used.copy()
-        self.machine_milli = snapshot.machine_gpu_milli.copy()
-        self.free_whole = snapshot.machine_free_whole.copy()
+        self.gpu_milli = snapshot.gpu_milli_used
+        self.gpu_mem = snapshot.gpu_mem_used
+        self.cpu = snapshot.cpu_used
+        self.mem = snapshot.mem_used
+        self.machine_milli = snapshot.machine_gpu_milli
+        self.free_whole = snapshot.machine_free_whole
         self.n_machines = len(self.cpu)
-        self._share = snapshot.machine_share.copy()
+        self._share = snapshot.machine_share
+        self._type_free: npt.NDArray[np.float64] | None = None
+        self._owned = False
+        """Whether the arrays are this state's copies (after the first take or restore)."""
         self._touched: list[int] = []  # machines changed by take, in order (for incremental candidates)
         self._changes = 0
         """Takes and restores so far: filter masks worked out at one count hold while it stays."""
-        self._cache: dict[Need, tuple[int, Candidates, Chain]] = {}
+        self._cache: dict[Need, _Kept] = {}
+        self._last: tuple[Need, _Kept] | None = None
+
+    def _own(self) -> None:
+        """Copy the snapshot's arrays before the first change."""
+        if self._owned:
+            return
+        self.gpu_milli, self.gpu_mem = self.gpu_milli.copy(), self.gpu_mem.copy()
+        self.cpu, self.mem = self.cpu.copy(), self.mem.copy()
+        self.machine_milli, self.free_whole = self.machine_milli.copy(), self.free_whole.copy()
+        self._share = self._share.copy()
+        if self._type_free is not None:
+            self._type_free = self._type_free.copy()
+        self._owned = True
+
+    @property
+    def changes(self) -> int:
+        """Takes and restores so far."""
+        return self._changes
+
+    def touched(self) -> list[int]:
+        """Every machine :meth:`take` changed, in order, repeats included (read-only): the usage differs from
+        the snapshot's on these machines at most."""
+        return self._touched
 
     def remember(self, key: Hashable, make: Callable[[], T]) -> T:
-        """``make()``: a working state changes with every take, so nothing worked out from it is kept."""
-        return make()
+        """``make()``, kept with the snapshot while the usage is still the snapshot's; afterwards nothing is
+        kept, as every take changes the usage."""
+        return self.snapshot.remember(key, make) if not self._owned else make()
 
     def checkpoint(self) -> tuple[IntArray, ...]:
         """The usage arrays as they are now, for :meth:`restore`."""
@@ -79,8 +119,24 @@ class WorkingState:
         self.gpu_milli, self.gpu_mem, self.cpu, self.mem, self.machine_milli, self.free_whole = (
             a.copy() for a in saved)
         self._share = allocated_share(self.layout, self.machine_milli, self.cpu)
+        self._type_free = None
+        self._owned = True
         self._cache.clear()
+        self._last = None
         self._changes += 1
+
+    def type_free(self) -> npt.NDArray[np.float64]:
+        """Free milli-GPUs per GPU type (as ``ClusterSnapshot.type_free_milli``), kept up to date by
+        :meth:`take`; read-only for callers."""
+        if self._type_free is None:
+            if self._owned:
+                layout = self.layout
+                free = np.bincount(layout.gpu_type[layout.gpu_machine], weights=MILLI - self.gpu_milli,
+                                   minlength=len(layout.gpu_types))
+                self._type_free = free.astype(np.float64, copy=False)
+            else:
+                self._type_free = self.snapshot.type_free_milli
+        return self._type_free
 
     def candidates(self, need: Need) -> Candidates:
         """Which machines can host one more instance of ``need`` now, and why not.
@@ -88,21 +144,25 @@ class WorkingState:
         Repeated calls for the same demand recompute only the machines changed by :meth:`take` since
         the last call, so the returned object is updated in place and is valid until the next ``take``.
         """
-        cached = self._cache.get(need)
+        last = self._last  # the same demand as the last call, step after step of a task: no hashing
+        cached = last[1] if last is not None and last[0] is need else self._cache.get(need)
         if cached is None:
             chain = chain_for(need)
-            ok, masks = chain.masks(self)
+            passing, masks = self.remember(("candidates", need), lambda: chain.masks(self))
+            ok = passing.copy() if not self._owned else passing
             changes = self._changes
             result = Candidates(ok, self.free_whole.copy(), lambda: chain.codes(masks, self.n_machines)
                                 if self._changes == changes else chain.first_failing(self))
+            cached = self._cache[need] = _Kept(len(self._touched), result, chain)
         else:
-            seen, result, chain = cached
-            for m in set(self._touched[seen:]):
+            result, chain = cached.candidates, cached.chain
+            for m in set(self._touched[cached.seen:]):
                 code = chain.first_failing_at(self, m)
                 result.ok[m], result.free_whole[m] = code == OK, self.free_whole[m]
                 if result._reason is not None:
                     result._reason[m] = code
-        self._cache[need] = (len(self._touched), result, chain)
+            cached.seen = len(self._touched)
+        self._last = (need, cached)
         return result
 
     def fits(self, need: Need, machine: int) -> bool:
@@ -114,38 +174,49 @@ class WorkingState:
         """Reserve one instance on ``machine`` (which :meth:`candidates` said can host it)."""
         return self.take_many(machine, task_index, need, 1)[0]
 
-    def take_many(self, machine: int, task_index: int, need: Need, count: int) -> list[InstancePlacement]:
+    def take_many(self, machine: int, task_index: int, need: Need, count: int,
+                  keep: bool = True) -> list[InstancePlacement]:
         """Reserve ``count`` instances on ``machine``, one after the other as :meth:`take` would
         (:meth:`room_on` says how many fit). A machine's few GPUs are worked on as Python integers,
-        the many GPUs of a large node (``gpu_share.FEW_GPUS_PER_MACHINE``) in numpy."""
+        the many GPUs of a large node (``gpu_share.FEW_GPUS_PER_MACHINE``) in numpy. ``keep=False``: the
+        instances only, the usage left as it is (for the last take of a decision)."""
+        if keep:
+            self._own()
         layout = self.layout
-        first = int(layout.gpu_first[machine])
-        span = slice(first, first + (int(layout.gpu_count[machine]) if need.gpu_milli else 0))
+        first, gpus = layout.gpu_first.item(machine), layout.gpu_count.item(machine)
+        span = slice(first, first + (gpus if need.gpu_milli else 0))
         large = span.stop - span.start > gpu_share.FEW_GPUS_PER_MACHINE
         if large and need.whole_gpus:
-            placed = self._take_large_whole(machine, task_index, need, span, count)
+            placed = self._take_large_whole(machine, task_index, need, span, count, keep)
         elif large:
-            placed = self._take_large_shares(machine, task_index, need, span, count)
+            placed = self._take_large_shares(machine, task_index, need, span, count, keep)
         else:
-            placed = self._take_small(machine, task_index, need, count, span)
+            placed = self._take_small(machine, task_index, need, count, span, keep)
+        if not keep:
+            return placed
+        milli = self.machine_milli.item(machine)  # Python integers: a few numbers of one machine
         if need.gpu_milli:
-            self.machine_milli[machine] += need.gpu_milli * (need.whole_gpus or 1) * count
-        self.cpu[machine] += need.cpu_milli * count
-        self.mem[machine] += need.mem_mib * count
-        gpus = int(layout.gpu_count[machine])
-        self._share[machine] = (self.machine_milli[machine] / (gpus * MILLI) if gpus
-                                else self.cpu[machine] / max(int(layout.cpu_cap[machine]), 1))
+            taken = need.gpu_milli * (need.whole_gpus or 1) * count
+            milli += taken
+            self.machine_milli[machine] = milli
+            if self._type_free is not None:
+                self._type_free[layout.gpu_type.item(machine)] -= taken
+        cpu = self.cpu.item(machine) + need.cpu_milli * count
+        self.cpu[machine] = cpu
+        if need.mem_mib:
+            self.mem[machine] += need.mem_mib * count
+        self._share[machine] = milli / (gpus * MILLI) if gpus else cpu / max(layout.cpu_cap.item(machine), 1)
         self._touched.append(machine)
         self._changes += 1
         return placed
 
     def _take_small(self, machine: int, task_index: int, need: Need, count: int,
-                    span: slice) -> list[InstancePlacement]:
+                    span: slice, keep: bool) -> list[InstancePlacement]:
         """GPU choice and GPU bookkeeping of :meth:`take_many` on Python integers."""
         placed: list[InstancePlacement] = []
         milli, mem = self.gpu_milli[span].tolist(), self.gpu_mem[span].tolist()
         caps = self.layout.gpu_mem_cap[span].tolist()
-        free_whole = int(self.free_whole[machine])
+        free_whole = self.free_whole.item(machine)
         for _ in range(count):
             chosen: list[int] = []
             gpu_mem = 0
@@ -163,30 +234,33 @@ class WorkingState:
                 mem[i] += gpu_mem
             placed.append(InstancePlacement(task_index, machine, tuple(span.start + i for i in chosen),
                                             need.gpu_milli if chosen else 0, gpu_mem, need.cpu_milli, need.mem_mib))
-        if need.gpu_milli:
+        if need.gpu_milli and keep:
             self.gpu_milli[span], self.gpu_mem[span] = milli, mem
             self.free_whole[machine] = free_whole
         return placed
 
     def _take_large_whole(self, machine: int, task_index: int, need: Need, span: slice,
-                          count: int) -> list[InstancePlacement]:
+                          count: int, keep: bool) -> list[InstancePlacement]:
         """Whole GPUs of :meth:`take_many` on a large node: the lowest free ones, ``count`` instances at once."""
         milli, mem = self.gpu_milli[span], self.gpu_mem[span]
         free = np.flatnonzero((milli == 0) & (mem == 0))[: need.whole_gpus * count]
         gpu_mem = int(self.layout.gpu_mem_cap[span.start])
-        milli[free] += need.gpu_milli
-        mem[free] += gpu_mem
-        self.free_whole[machine] -= len(free)
+        if keep:
+            milli[free] += need.gpu_milli
+            mem[free] += gpu_mem
+            self.free_whole[machine] -= len(free)
         ids = (free + span.start).tolist()
         return [InstancePlacement(task_index, machine, tuple(ids[k * need.whole_gpus:(k + 1) * need.whole_gpus]),
                                   need.gpu_milli, gpu_mem, need.cpu_milli, need.mem_mib) for k in range(count)]
 
     def _take_large_shares(self, machine: int, task_index: int, need: Need, span: slice,
-                           count: int) -> list[InstancePlacement]:
+                           count: int, keep: bool) -> list[InstancePlacement]:
         """GPU shares of :meth:`take_many` on a large node, in numpy, all at once. One at a time, each
         share goes to the fullest GPU that fits it (ties: lowest index); that GPU only gets fuller, so
         it stays first until full. Hence: GPUs by (fullest, lowest index), each filled in turn."""
         milli, mem, caps = self.gpu_milli[span], self.gpu_mem[span], self.layout.gpu_mem_cap[span]
+        if not keep:
+            milli, mem = milli.copy(), mem.copy()
         per_gpu = share_mem_per_gpu(caps, need)
         room = share_room_per_gpu(milli, mem, caps, need)
         usable = np.flatnonzero(room > 0)
@@ -194,7 +268,8 @@ class WorkingState:
         enough = int(np.searchsorted(np.cumsum(room[order]), count)) + 1
         gpus = np.repeat(order[:enough], room[order[:enough]])[:count]
         touched = np.unique(gpus)
-        self.free_whole[machine] -= int(np.count_nonzero((milli[touched] == 0) & (mem[touched] == 0)))
+        if keep:
+            self.free_whole[machine] -= int(np.count_nonzero((milli[touched] == 0) & (mem[touched] == 0)))
         np.add.at(milli, gpus, need.gpu_milli)
         np.add.at(mem, gpus, per_gpu[gpus])
         return [InstancePlacement(task_index, machine, (span.start + g,), need.gpu_milli, m, need.cpu_milli,

@@ -26,12 +26,17 @@ the cluster's GPU capacity (milli-GPUs) is allocated. Then:
     GPUs. Each job is decided by both, one right after the other, so load on the machine meets both
     alike, and each is timed in thread CPU time. Prints each one's p99 and their ratio. Target: liquid p99
     <= 3 x the anchor's.
+(d) GANG: liquid, after it has decided the 1,000 arrivals (its mix of recent shapes is theirs), decides one
+    all-reduce gang of 16 instances of 8 whole GPUs (8 cores and 10 Gbit/s each, SYNTHETIC: the rows hold no
+    such job) on the same snapshot, 200 times, each timed in thread CPU time. Prints p50 and p99. Target: p99
+    < 1 ms.
 (b) BATCH: the next 200 rows as one batch for ffd, gga and cpsat at time limits 1 s and 10 s: jobs
     and GPUs placed, network cost, machines touched, the machines lower bound and the gap to it.
     Targets: gga and cpsat place at least as many GPUs as ffd, with a lower network cost.
 
-``--fast`` (CI): 100 arrivals, a batch of 40 jobs, one time limit of 0.5 s. Timings are wall-clock on
-whatever else the machine runs; the figures are printed and written, never asserted on.
+``--fast`` (CI): 100 arrivals, a gang decided 50 times, a batch of 40 jobs, one time limit of 0.5 s. Timings are
+wall-clock or thread CPU time on whatever else the machine runs; the figures are printed and written, never
+asserted on.
 
     python tests/benchmarks/bench_placement.py [--fast] [--out FILE]
 """
@@ -154,6 +159,26 @@ def anchor(snapshot: ClusterSnapshot, arrivals: list[Job]) -> dict[str, Any]:
     return figures
 
 
+GANG_INSTANCES, GANG_GPUS = 16, 8.0
+
+
+def gang(snapshot: ClusterSnapshot, arrivals: list[Job], repeats: int) -> dict[str, Any]:
+    liquid = online_policy("liquid", explain=False)
+    for job in arrivals:
+        liquid(snapshot, job)
+    job = Job("gang-16x8", (Task(Role.WORKER, GANG_INSTANCES, gpu=GANG_GPUS, cpu_cores=8.0,
+                                 bandwidth_gbps=MULTI_POD_GBPS),))
+    decision = liquid(snapshot, job)
+    ms = []
+    for _ in range(repeats):
+        start = time.thread_time()
+        liquid(snapshot, job)
+        ms.append((time.thread_time() - start) * 1e3)
+    return {"instances": GANG_INSTANCES, "gpus_per_instance": GANG_GPUS, "repeats": repeats,
+            "placed": decision.placed, "machines": len(decision.allocation.machines()) if decision.allocation else 0,
+            "p50_ms": round(float(np.percentile(ms, 50)), 4), "p99_ms": round(float(np.percentile(ms, 99)), 4)}
+
+
 def batch(snapshot: ClusterSnapshot, jobs: list[Job], limits: list[float]) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     for limit in limits:
@@ -170,7 +195,7 @@ def batch(snapshot: ClusterSnapshot, jobs: list[Job], limits: list[float]) -> di
     return figures
 
 
-def measure(arrivals: int, batch_jobs: int, limits: list[float]) -> dict[str, Any]:
+def measure(arrivals: int, batch_jobs: int, limits: list[float], gang_repeats: int) -> dict[str, Any]:
     import placement.batch.cpsat
     import placement.batch.gga  # noqa: F401
 
@@ -187,11 +212,13 @@ def measure(arrivals: int, batch_jobs: int, limits: list[float]) -> dict[str, An
     p99 = result["online"]["policies"]
     result["online"]["liquid_p99_over_first_fit_p99"] = round(p99["liquid"]["p99_ms"] / p99["first-fit"]["p99_ms"], 2)
     result["anchor"] = anchor(snapshot, arriving)
+    result["gang"] = gang(snapshot, arriving, gang_repeats)
     window = [job_from_row(r) for r in rows[used + arrivals:used + arrivals + batch_jobs]]
     result["batch"] = {"jobs": batch_jobs, "gpus_asked": round(sum(j.gpus for j in window), 2),
                        "limits": batch(snapshot, window, limits)}
     result["targets"] = {"online": "liquid p99 <= 3 x first-fit p99 and < 5 ms",
                          "anchor": "liquid p99 <= 3 x a numpy best fit's p99, single-instance jobs",
+                         "gang": "liquid p99 < 1 ms for a gang of 16 x 8 GPUs",
                          "batch": "gga and cpsat place >= ffd's GPUs with lower network cost"}
     return result
 
@@ -212,6 +239,10 @@ def report(result: dict[str, Any]) -> None:
           f"{a['numpy_best_fit']['p50_ms']:.4f} ms p99 {a['numpy_best_fit']['p99_ms']:.4f} ms; liquid p50 "
           f"{a['liquid']['p50_ms']:.4f} ms p99 {a['liquid']['p99_ms']:.4f} ms; liquid p99 / anchor p99 = "
           f"{a['liquid_p99_over_anchor_p99']} (target <= 3)")
+    g = result["gang"]
+    print(f"GANG: {g['instances']} x {g['gpus_per_instance']:g} GPUs, decided {g['repeats']} times by liquid "
+          f"(placed {g['placed']} on {g['machines']} machines): p50 {g['p50_ms']:.4f} ms p99 {g['p99_ms']:.4f} ms "
+          f"(target < 1 ms)")
     b = result["batch"]
     print(f"BATCH: {b['jobs']} jobs asking {b['gpus_asked']} GPUs")
     for limit, policies in b["limits"].items():
@@ -223,10 +254,10 @@ def report(result: dict[str, Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fast", action="store_true", help="100 arrivals, 40-job batch, 0.5 s limit (CI)")
+    parser.add_argument("--fast", action="store_true", help="100 arrivals, 50 gangs, 40-job batch, 0.5 s limit (CI)")
     parser.add_argument("--out", type=Path, default=REPO / ".gpuplace" / "bench" / "placement.json")
     args = parser.parse_args()
-    result = measure(100, 40, [0.5]) if args.fast else measure(1000, 200, [1.0, 10.0])
+    result = measure(100, 40, [0.5], 50) if args.fast else measure(1000, 200, [1.0, 10.0], 200)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     report(result)

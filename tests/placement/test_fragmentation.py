@@ -229,7 +229,8 @@ def test_cached_costs_equal_costs_worked_out_afresh() -> None:
         need = need_of(job.tasks[0])
         ok = working.candidates(need).ok
         if ok.any():
-            cached = scorer._costs(working, job, need, ok).cost[ok]
+            entry, ids = scorer._costs(working, job, need, ok)
+            cached = entry.cost[ids][ok]
             seen = scorer._seen
             assert seen is not None
             fresh = added(rows_of(working, np.flatnonzero(ok)), need, seen.table)[0]

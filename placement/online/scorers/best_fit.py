@@ -3,6 +3,7 @@ fullest machine that fits wins and whole free machines stay free (Liquid's tie-b
 
 from __future__ import annotations
 
+from placement.model.layout import IntArray
 from placement.online.greedy import Step
 from placement.online.scorers.base import Costs
 
@@ -13,3 +14,9 @@ class BestFit:
 
     def cost(self, step: Step) -> Costs | None:
         return step.candidates.free_whole
+
+    def local(self, step: Step) -> bool:
+        return True
+
+    def cost_at(self, step: Step, machines: IntArray) -> Costs | None:
+        return step.candidates.free_whole[machines]

@@ -26,101 +26,160 @@ unallocated shares to four decimals over seeds 42-51): CPU was not what the fail
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+from dataclasses import replace
 
 import numpy as np
 
 from placement.filters.base import usage_of
+from placement.filters.gpu_share import FEW_GPUS_PER_MACHINE
 from placement.model.decision import Decision
 from placement.model.demand import Job
 from placement.model.feasibility import Need, need_of, violations
 from placement.model.layout import MILLI, BoolArray, FloatArray, IntArray, Layout
 from placement.model.snapshot import Allocation, ClusterSnapshot, InstancePlacement
-from placement.online.frag_measure import NO_GPU, MachineUsage, Rows, ShapeTable, added, rows_of
+from placement.online.frag_measure import (
+    NO_GPU,
+    MachineRow,
+    MachineUsage,
+    Measured,
+    ShapeTable,
+    added,
+    added_both,
+    rows_of,
+    with_room,
+)
 from placement.online.greedy import Step
+from placement.online.machine_states import MachineStates
 from placement.online.scorers.base import Costs
 from placement.online.shape_mix import Mix, ShapeMix
+from placement.online.working import WorkingState
 
-ENTRY_LIMIT = 256
+ENTRY_LIMIT = 128
 """Instance demands whose costs are kept at once (the table is emptied when full)."""
+BY_MACHINE = 3
+"""Up to this many machine states to work out at once, each is worked out on its own in Python numbers."""
 STEP_MILLI = 40.0
 """The resolution of the cost (expected milli-GPUs of fragmentation added): FGD's one score point near zero."""
 GPU_MACHINE_STEPS = 0.5
 """What an instance without GPUs pays, in steps, on a machine with GPUs: less than a step, so it goes to a
 machine without GPUs only among machines where it adds the same fragmentation."""
-DEDUPLICATE_FROM = 64
-"""From this many machines to work out at once, machines in the same state are worked out once."""
-
 
 CostKey = tuple[int, int, int, float, int]
 """What a machine's cost depends on in a demand: whole GPUs, share, GPU memory (explicit, proportional), CPU."""
-_MIX_WEIGHTS = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5],
-                        dtype=np.uint64)
-"""Odd 64-bit multipliers that fold a machine's state into one number, to find machines in the same state."""
 
 
 def cost_key(need: Need) -> CostKey:
     return need.whole_gpus, need.gpu_milli, need.gpu_mem_mib, need.share_mem, need.cpu_milli
 
 
-@dataclass
 class _Costs:
-    """Per machine, the cost of one demand and the machine's version it was worked out at."""
+    """Per machine state (by id): the cost of one demand, that cost in steps as :meth:`Fragmentation.cost`
+    answers it, the GPU :meth:`Fragmentation.choose_gpus` gives a share of it there (``NO_GPU`` for other
+    demands) and whether they were worked out."""
 
-    cost: FloatArray
-    version: IntArray
+    def __init__(self) -> None:
+        self.cost: FloatArray = np.zeros(0)
+        self.steps: FloatArray = np.zeros(0)
+        self.gpu: IntArray = np.zeros(0, dtype=np.int64)
+        self.known: BoolArray = np.zeros(0, dtype=bool)
+
+    def fit(self, size: int) -> None:
+        """Make room for ``size`` states."""
+        if len(self.known) < size:
+            self.cost, self.steps = with_room(self.cost, size, 0.0), with_room(self.steps, size, 0.0)
+            self.gpu, self.known = with_room(self.gpu, size, NO_GPU), with_room(self.known, size, False)
 
 
 class _Seen:
-    """The usage the scorer saw last on one layout under one mix, and per machine a version that changes
-    whenever the machine's usage does."""
+    """What the scorer knows of the machines of one layout: the ids of their states (``MachineStates``) and, under
+    one mix, what it worked out per state: per demand its costs, per state its tallies and measure."""
 
-    def __init__(self, layout: Layout, mix: Mix) -> None:
-        self.layout, self.mix, self.table = layout, mix, ShapeTable.of(mix, layout)
-        self.version = np.zeros(len(layout.cpu_cap), dtype=np.int64)
-        self.usage: tuple[IntArray, IntArray, IntArray] | None = None
+    def __init__(self, layout: Layout, step_milli: float) -> None:
+        self.layout, self.step_milli = layout, step_milli
+        self.states = MachineStates(layout)
+        self.epoch = self.states.epoch
+        self.mix: Mix | None = None
+        self.table: ShapeTable | None = None
         self.entries: dict[CostKey, _Costs] = {}
+        self.measured: Measured | None = None
 
-    def sync(self, usage: MachineUsage) -> None:
-        """Bump the version of every machine whose usage changed since the last call."""
-        if self.usage is None:
-            self.usage = (usage.gpu_milli.copy(), usage.gpu_mem.copy(), usage.cpu.copy())
-            return
-        milli, mem, cpu = self.usage
-        gpus = np.flatnonzero((milli != usage.gpu_milli) | (mem != usage.gpu_mem))
-        machines = np.flatnonzero(cpu != usage.cpu)
-        self.version[self.layout.gpu_machine[gpus]] += 1
-        self.version[machines] += 1
-        milli[gpus], mem[gpus], cpu[machines] = usage.gpu_milli[gpus], usage.gpu_mem[gpus], usage.cpu[machines]
+    def use(self, mix: Mix) -> ShapeTable:
+        """The shape table of ``mix``; what was worked out under another mix is dropped (the tallies are kept
+        while the levels hold)."""
+        if self.mix is None or self.table is None or mix.version != self.mix.version:
+            table = ShapeTable.of(mix, self.layout)
+            self.measured = Measured(table) if self.measured is None else self.measured.retable(table)
+            self.mix, self.table, self.entries = mix, table, {}
+        return self.table
 
-    def costs(self, usage: MachineUsage, need: Need, wanted: BoolArray) -> _Costs:
-        """The costs of ``need``, up to date on the ``wanted`` machines."""
+    def follow(self, working: WorkingState) -> IntArray:
+        """Per machine, the id of its state in ``working``."""
+        ids = self.states.follow(working)
+        if self.states.epoch != self.epoch:  # the ids were given afresh: nothing kept by id holds
+            self.epoch, self.entries = self.states.epoch, {}
+            if self.table is not None:
+                self.measured = Measured(self.table)
+        return ids
+
+    def costs(self, working: WorkingState, ids: IntArray, need: Need, wanted: BoolArray,
+              among: IntArray | None = None) -> _Costs:
+        """The costs of ``need``, worked out for the states of the ``wanted`` machines (``ids``: per machine,
+        the id of its state, from :meth:`follow` on ``working``; with ``among``, ``wanted`` is of those machines)."""
         key = cost_key(need)
         entry = self.entries.get(key)
         if entry is None:
             if len(self.entries) >= ENTRY_LIMIT:
                 self.entries.clear()
-            entry = self.entries[key] = _Costs(np.zeros(len(self.version)), np.full(len(self.version), -1))
-        stale = np.flatnonzero(wanted & (entry.version != self.version))
+            entry = self.entries[key] = _Costs()
+        size = len(self.states)
+        entry.fit(size)
+        stale = np.flatnonzero(wanted & ~entry.known[ids if among is None else ids[among]])
+        if among is not None:
+            stale = among[stale]
         if len(stale):
-            entry.cost[stale] = _added(rows_of(usage, stale), need, self.table)
-            entry.version[stale] = self.version[stale]
+            at = ids[stale]
+            mark = np.zeros(size, dtype=bool)
+            mark[at] = True
+            todo = np.flatnonzero(mark)
+            where = np.empty(size, dtype=np.int64)
+            where[at] = stale  # a machine in each state: any of them, they are alike
+            machines = where[todo]
+            cost, gpu = self._added(working, machines, todo, need)
+            steps = np.floor(cost / self.step_milli + 1e-9)  # the costs are ratios of integers: no drift
+            if not need.gpu_milli:
+                steps = steps + GPU_MACHINE_STEPS * (self.layout.gpu_count[machines] > 0)
+            entry.cost[todo], entry.steps[todo], entry.gpu[todo], entry.known[todo] = cost, steps, gpu, True
         return entry
 
-
-def _added(rows: Rows, need: Need, table: ShapeTable) -> FloatArray:
-    """The costs of :func:`added`, working out each distinct machine state once when there are many."""
-    if len(rows.free) < DEDUPLICATE_FROM:
-        return added(rows, need, table)[0]
-    state = np.column_stack([rows.free, rows.mem_free, rows.caps, rows.cpu_free, rows.gpu_type]).astype(np.uint64)
-    folded = np.zeros(len(state), dtype=np.uint64)
-    for column in range(state.shape[1]):  # a 64-bit hash: machines in the same state fold to the same number
-        folded = (folded ^ state[:, column]) * _MIX_WEIGHTS[column % len(_MIX_WEIGHTS)]
-    _, first, back = np.unique(folded, return_index=True, return_inverse=True)
-    distinct = Rows(rows.free[first], rows.mem_free[first], rows.caps[first], rows.cpu_free[first],
-                    rows.gpu_type[first])
-    cost: FloatArray = added(distinct, need, table)[0][back.reshape(-1)]
-    return cost
+    def _added(self, usage: MachineUsage, machines: IntArray, ids: IntArray, need: Need) -> tuple[FloatArray, IntArray]:
+        """The exact costs of :func:`added` on ``machines`` (in the states ``ids``) and, for a share, the GPU it
+        gives counted in steps. A large machine is worked out alone: the rows of the others are not widened to
+        its GPUs."""
+        table, measured = self.table, self.measured
+        assert table is not None and measured is not None  # set by use, called first
+        large = self.layout.gpu_count[machines] > FEW_GPUS_PER_MACHINE
+        if len(machines) <= BY_MACHINE and not large.any():
+            worked = [MachineRow(usage, m, table).added_both(need, None, self.step_milli) for m in machines.tolist()]
+            return np.array([w[0] for w in worked]), np.array([w[2] for w in worked], dtype=np.int64)
+        measured.fit(len(self.states))
+        groups = [np.arange(len(machines))] if not large.any() else \
+            [np.flatnonzero(~large), *(np.array([k]) for k in np.flatnonzero(large).tolist())]
+        for pick in groups:
+            if len(pick):
+                measured.prepare(usage, machines[pick], ids[pick])
+        if not need.gpu_milli or need.whole_gpus:
+            grown, fits = measured.added_whole(ids, need.whole_gpus, need.cpu_milli)
+            cost: FloatArray = np.where(fits, grown / table.norm[measured.gpu_type[ids]], np.inf)
+            return cost, np.full(len(ids), NO_GPU, dtype=np.int64)
+        cost, gpu = np.zeros(len(machines)), np.zeros(len(machines), dtype=np.int64)
+        for pick in groups:
+            if len(pick):
+                at = ids[pick]
+                rows = rows_of(usage, machines[pick])
+                cost[pick], _, gpu[pick] = added_both(rows, measured.tally(at), measured.before[at], need, table, None,
+                                                      self.step_milli)
+        return cost, gpu
 
 
 class Fragmentation:
@@ -137,21 +196,32 @@ class Fragmentation:
         self._seen: _Seen | None = None
 
     def cost(self, step: Step) -> Costs | None:
-        entry = self._costs(step.working, step.job, step.need, step.candidates.ok)
-        steps = np.floor(entry.cost / self.step_milli + 1e-9)  # the costs are ratios of integers: no drift
-        if not step.need.gpu_milli:
-            steps = steps + GPU_MACHINE_STEPS * (step.working.layout.gpu_count > 0)
-        result: FloatArray = np.where(step.candidates.ok, steps, 0.0)
+        ok = step.candidates.ok
+        entry, ids = self._costs(step.working, step.job, step.need, ok)
+        result: FloatArray = np.where(ok, entry.steps[ids], 0.0)
         return result
 
-    def _costs(self, usage: MachineUsage, job: Job, need: Need, wanted: BoolArray) -> _Costs:
+    def local(self, step: Step) -> bool:
+        return True  # a machine's cost follows its state, and the mix changes only as a new job is asked about
+
+    def cost_at(self, step: Step, machines: IntArray) -> Costs | None:
+        ok = step.candidates.ok[machines]
+        entry, ids = self._costs(step.working, step.job, step.need, ok, machines)
+        result: FloatArray = np.where(ok, entry.steps[ids[machines]], 0.0)
+        return result
+
+    def _costs(self, working: WorkingState, job: Job, need: Need, wanted: BoolArray,
+               among: IntArray | None = None) -> tuple[_Costs, IntArray]:
+        """The costs of ``need`` by state, worked out for the ``wanted`` machines (of ``among``, if given), and per
+        machine its state's id."""
         self.mix.observe(job)
         mix = self.mix.current()
         seen = self._seen
-        if seen is None or seen.layout is not usage.layout or seen.mix.version != mix.version:
-            seen = self._seen = _Seen(usage.layout, mix)
-        seen.sync(usage)
-        return seen.costs(usage, need, wanted)
+        if seen is None or seen.layout is not working.layout:
+            seen = self._seen = _Seen(working.layout, self.step_milli)
+        seen.use(mix)
+        ids = seen.follow(working)
+        return seen.costs(working, ids, need, wanted, among), ids
 
     def choose_gpus(self, snapshot: ClusterSnapshot, job: Job, decision: Decision) -> Decision:
         """``decision`` with each share of its job moved to the GPU of its machine that adds the least
@@ -161,15 +231,17 @@ class Fragmentation:
         if allocation is None or not any(p.gpus and p.gpu_milli < MILLI for p in allocation.instances):
             return decision
         seen = self._seen
-        if seen is None or seen.layout is not snapshot.layout:
+        if seen is None or seen.layout is not snapshot.layout or seen.table is None:
             return decision
-        usage = _Scratch(snapshot)
+        usage = _Scratch(snapshot, seen.table)
         moved: list[InstancePlacement] = []
-        for placement in allocation.instances:
-            chosen = self._gpu_for(usage, need_of(job.tasks[placement.task]), placement, seen.table, self.step_milli)
+        last = len(allocation.instances) - 1
+        for k, placement in enumerate(allocation.instances):
+            chosen = self._gpu_for(usage, need_of(job.tasks[placement.task]), placement, seen)
             if chosen is None:
                 return decision
-            usage.take(chosen)
+            if k < last:
+                usage.take(chosen)
             moved.append(chosen)
         better = Allocation(allocation.job_id, tuple(moved))
         if better == allocation or violations(snapshot, job, better):
@@ -177,34 +249,86 @@ class Fragmentation:
         return replace(decision, allocation=better)
 
     @staticmethod
-    def _gpu_for(usage: _Scratch, need: Need, placement: InstancePlacement, table: ShapeTable,
-                 step_milli: float) -> InstancePlacement | None:
-        """``placement`` on the GPU of its machine that adds the least, in steps of ``step_milli`` (the fullest
-        among those in the least step; shares only: whole GPUs and CPU stay where they are if still free);
-        ``None`` where it no longer fits."""
-        first = int(usage.layout.gpu_first[placement.machine])
+    def _gpu_for(usage: _Scratch, need: Need, placement: InstancePlacement, seen: _Seen) -> InstancePlacement | None:
+        """``placement`` on the GPU of its machine that adds the least, in steps of ``seen.step_milli`` (the
+        fullest among those in the least step; shares only: whole GPUs and CPU stay where they are if still
+        free); ``None`` where it no longer fits. On a machine still as the snapshot has it, the GPU worked out
+        with the machine's cost, if any, is the answer."""
+        machine = placement.machine
+        first = usage.layout.gpu_first.item(machine)
         if not (placement.gpus and placement.gpu_milli < MILLI):
-            still_free = all(usage.gpu_milli[g] == 0 and usage.gpu_mem[g] == 0 for g in placement.gpus)
-            return placement if still_free or not placement.gpus else None
-        cost, gpu = added(rows_of(usage, np.array([placement.machine])), need, table, step_milli)
-        if not np.isfinite(cost[0]) or gpu[0] == NO_GPU:
+            return placement if not placement.gpus or usage.free(machine, [g - first for g in placement.gpus]) \
+                else None
+        states = seen.states
+        entry = seen.entries.get(cost_key(need)) if states.base is usage.snapshot and machine not in usage.touched \
+            else None
+        at = states.base_state.item(machine)
+        if entry is not None and at < len(entry.known) and entry.known[at]:
+            gpu = entry.gpu.item(at) if np.isfinite(entry.cost[at]) else NO_GPU
+        else:
+            gpu = usage.gpu_for(machine, need, seen.step_milli)
+        if gpu == NO_GPU:
             return None
-        chosen = first + int(gpu[0])
-        return replace(placement, gpus=(chosen,), gpu_mem_mib=need.gpu_mem_on(int(usage.layout.gpu_mem_cap[chosen])))
+        chosen = first + gpu
+        return InstancePlacement(placement.task, machine, (chosen,), placement.gpu_milli,
+                                 need.gpu_mem_on(usage.layout.gpu_mem_cap.item(chosen)), placement.cpu_milli,
+                                 placement.mem_mib)
 
 
 class _Scratch:
-    """A snapshot's usage as mutable copies, changed by :meth:`take` (for :meth:`Fragmentation.choose_gpus`)."""
+    """A snapshot's usage, changed by :meth:`take` (for :meth:`Fragmentation.choose_gpus`): a machine of a few GPUs
+    as Python numbers (``MachineRow``), from the first time it is asked about; a large one in the snapshot's
+    arrays, copied at the first take."""
 
-    def __init__(self, snapshot: ClusterSnapshot) -> None:
+    def __init__(self, snapshot: ClusterSnapshot, table: ShapeTable) -> None:
         base = usage_of(snapshot)
-        self.layout = base.layout
-        self.gpu_milli, self.gpu_mem = base.gpu_milli.copy(), base.gpu_mem.copy()
-        self.cpu, self.mem = base.cpu.copy(), base.mem.copy()
+        self.snapshot, self.layout, self.table = snapshot, base.layout, table
+        self.gpu_milli, self.gpu_mem, self.cpu, self.mem = base.gpu_milli, base.gpu_mem, base.cpu, base.mem
+        self.rows: dict[int, MachineRow] = {}
+        self.touched: set[int] = set()
+        self._copied = False
+
+    def _row(self, machine: int) -> MachineRow | None:
+        if self.layout.gpu_count.item(machine) > FEW_GPUS_PER_MACHINE:
+            return None
+        row = self.rows.get(machine)
+        if row is None:
+            row = self.rows[machine] = MachineRow(self, machine, self.table)
+        return row
+
+    def free(self, machine: int, slots: list[int]) -> bool:
+        """Whether the GPUs ``slots`` of ``machine`` hold no share and no memory."""
+        row = self._row(machine)
+        if row is not None:
+            return all(row.free[k] == MILLI and row.mem_free[k] == row.caps[k] for k in slots)
+        first = self.layout.gpu_first.item(machine)
+        return all(self.gpu_milli.item(first + k) == 0 and self.gpu_mem.item(first + k) == 0 for k in slots)
+
+    def gpu_for(self, machine: int, need: Need, step_milli: float) -> int:
+        """The GPU (position on ``machine``) a share of ``need`` adds the least on, in steps; ``NO_GPU`` if none."""
+        row = self._row(machine)
+        if row is not None:
+            cost, gpu, _ = row.added_both(need, step_milli, step_milli)
+        else:
+            costs, gpus = added(rows_of(self, np.array([machine])), need, self.table, step_milli)
+            cost, gpu = float(costs[0]), int(gpus[0])
+        return gpu if math.isfinite(cost) else NO_GPU
 
     def take(self, placement: InstancePlacement) -> None:
+        machine = placement.machine
+        self.touched.add(machine)
+        row = self._row(machine)
+        if row is not None:
+            first = self.layout.gpu_first.item(machine)
+            row.take(tuple(g - first for g in placement.gpus), placement.gpu_milli, placement.gpu_mem_mib,
+                     placement.cpu_milli)
+            return
+        if not self._copied:
+            self.gpu_milli, self.gpu_mem = self.gpu_milli.copy(), self.gpu_mem.copy()
+            self.cpu, self.mem = self.cpu.copy(), self.mem.copy()
+            self._copied = True
         for g in placement.gpus:
             self.gpu_milli[g] += placement.gpu_milli
             self.gpu_mem[g] += placement.gpu_mem_mib
-        self.cpu[placement.machine] += placement.cpu_milli
-        self.mem[placement.machine] += placement.mem_mib
+        self.cpu[machine] += placement.cpu_milli
+        self.mem[machine] += placement.mem_mib

@@ -5,6 +5,7 @@ job-performance model knows."""
 
 from __future__ import annotations
 
+from placement.model.layout import IntArray
 from placement.online.greedy import Step
 from placement.online.scorers.base import Costs
 from placement.online.type_cost import type_cost
@@ -19,3 +20,10 @@ class TypeCost:
         if model is None or step.job.tasks[step.task_index].gpu <= 0:
             return None
         return type_cost(model, step.working.layout, step.job.workload_class)
+
+    def local(self, step: Step) -> bool:
+        return True
+
+    def cost_at(self, step: Step, machines: IntArray) -> Costs | None:
+        costs = self.cost(step)
+        return None if costs is None else costs[machines]

@@ -3,6 +3,7 @@ load (the PAI paper's load balancing; Kubernetes' LeastAllocated)."""
 
 from __future__ import annotations
 
+from placement.model.layout import IntArray
 from placement.online.greedy import Step
 from placement.online.scorers.base import Costs
 
@@ -13,3 +14,9 @@ class LeastAllocated:
 
     def cost(self, step: Step) -> Costs | None:
         return step.working.gpu_allocated_share()
+
+    def local(self, step: Step) -> bool:
+        return True
+
+    def cost_at(self, step: Step, machines: IntArray) -> Costs | None:
+        return step.working.gpu_allocated_share()[machines]

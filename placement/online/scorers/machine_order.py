@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from placement.model.layout import IntArray
 from placement.online.greedy import Step
 from placement.online.scorers.base import Costs
 
@@ -15,3 +16,9 @@ class MachineOrder:
 
     def cost(self, step: Step) -> Costs | None:
         return np.zeros(step.working.n_machines)
+
+    def local(self, step: Step) -> bool:
+        return True
+
+    def cost_at(self, step: Step, machines: IntArray) -> Costs | None:
+        return np.zeros(len(machines))

@@ -3,6 +3,7 @@ together (the PAI paper's packing; Kubernetes' MostAllocated)."""
 
 from __future__ import annotations
 
+from placement.model.layout import IntArray
 from placement.online.greedy import Step
 from placement.online.scorers.base import Costs
 
@@ -13,3 +14,9 @@ class MostAllocated:
 
     def cost(self, step: Step) -> Costs | None:
         return 1.0 - step.working.gpu_allocated_share()
+
+    def local(self, step: Step) -> bool:
+        return True
+
+    def cost_at(self, step: Step, machines: IntArray) -> Costs | None:
+        return 1.0 - step.working.gpu_allocated_share()[machines]

@@ -8,6 +8,7 @@ seconds lost to spread per hour of its work (``placement.online.spread_cost``) f
 
 from __future__ import annotations
 
+from placement.model.layout import IntArray
 from placement.model.speed import NO_PROFILES
 from placement.online.greedy import Step
 from placement.online.scorers.base import Costs
@@ -23,3 +24,10 @@ class Network:
         measured = spread_cost(config.speed or NO_PROFILES, step.network, step.working, step.need) \
             if config.speed is not None or step.job.sync_curve is not None else None
         return step.network.increment(step.task_index) if measured is None else measured
+
+    def local(self, step: Step) -> bool:
+        # the measured cost follows the job's span: an instance anywhere changes it everywhere
+        return step.config.speed is None and step.job.sync_curve is None
+
+    def cost_at(self, step: Step, machines: IntArray) -> Costs | None:
+        return step.network.increment_on(step.task_index, machines)

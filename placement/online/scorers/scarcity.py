@@ -5,6 +5,7 @@ the type for it instead."""
 
 from __future__ import annotations
 
+from placement.model.layout import IntArray
 from placement.online.greedy import Step, machine_scarcity
 from placement.online.scorers.base import Costs
 from placement.online.type_cost import measures
@@ -19,3 +20,10 @@ class Scarcity:
         if task.gpu <= 0 or task.gpu_types or (model is not None and measures(model, step.job.workload_class)):
             return None
         return machine_scarcity(step.config, step.working.layout)
+
+    def local(self, step: Step) -> bool:
+        return True
+
+    def cost_at(self, step: Step, machines: IntArray) -> Costs | None:
+        costs = self.cost(step)
+        return None if costs is None else costs[machines]

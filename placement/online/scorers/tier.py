@@ -3,6 +3,7 @@ go to the highest-tier machines (cost: minus the tier), smaller ones to the lowe
 
 from __future__ import annotations
 
+from placement.model.layout import IntArray
 from placement.online.greedy import Step, machine_tiers
 from placement.online.scorers.base import Costs
 
@@ -13,4 +14,11 @@ class Tier:
 
     def cost(self, step: Step) -> Costs | None:
         tier = machine_tiers(step.config, step.working.layout)
+        return -tier if step.job.gpus >= step.config.big_job_gpus else tier
+
+    def local(self, step: Step) -> bool:
+        return True
+
+    def cost_at(self, step: Step, machines: IntArray) -> Costs | None:
+        tier = machine_tiers(step.config, step.working.layout)[machines]
         return -tier if step.job.gpus >= step.config.big_job_gpus else tier

@@ -40,18 +40,29 @@ def type_pressure(layout: Layout, gpu_milli_used: IntArray, demand: dict[tuple[s
     on the free GPUs of its type (see the module docstring); zeros where no demand names a type of it."""
     free = np.bincount(layout.gpu_type[layout.gpu_machine], weights=MILLI - gpu_milli_used,
                        minlength=len(layout.gpu_types))
-    all_free = float(free.sum())
-    index = {t: k for k, t in enumerate(layout.gpu_types)}
-    per_type = np.zeros(len(layout.gpu_types))
+    result: FloatArray = pressure_by_type(layout, free.astype(np.float64, copy=False), demand,
+                                          total_demand)[layout.gpu_type]
+    return result
+
+
+def pressure_by_type(layout: Layout, free: FloatArray, demand: dict[tuple[str, ...], int],
+                     total_demand: int) -> FloatArray:
+    """:func:`type_pressure` per GPU type of ``layout``, from the free milli-GPUs of each (``free``). Python floats:
+    a handful of types, and sums of whole numbers, exact in any order."""
+    free_of: list[float] = free.tolist()
+    all_free = sum(free_of)
+    index = layout.derived.type_index
+    per_type = [0.0] * len(layout.gpu_types)
     for types, milli in demand.items():
         present = [index[t] for t in types if t in index]
         if not present or total_demand <= 0:
             continue
-        free_share = float(free[present].sum()) / all_free if all_free > 0 else 0.0
+        free_share = sum(free_of[k] for k in present) / all_free if all_free > 0 else 0.0
         wanted = milli / total_demand
-        per_type[present] += min(wanted / free_share, PRESSURE_CAP) if free_share > 0 else PRESSURE_CAP
-    result: FloatArray = per_type[layout.gpu_type]
-    return result
+        pressure = min(wanted / free_share, PRESSURE_CAP) if free_share > 0 else PRESSURE_CAP
+        for k in present:
+            per_type[k] += pressure
+    return np.array(per_type)
 
 
 class TypeDemand:
@@ -70,5 +81,9 @@ class TypeDemand:
         demand = self.mix.restricted_demand()
         if not demand:
             return None
-        pressure = type_pressure(step.working.layout, step.working.gpu_milli, demand, self.mix.gpu_demand())
-        return STEPS_PER_PRESSURE * pressure
+        working = step.working
+        # per type, then per machine: the same products as per machine, for a handful of types
+        per_type = STEPS_PER_PRESSURE * pressure_by_type(working.layout, working.type_free(), demand,
+                                                         self.mix.gpu_demand())
+        result: FloatArray = per_type[working.layout.gpu_type]
+        return result
