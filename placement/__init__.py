@@ -133,6 +133,17 @@ if TYPE_CHECKING:
     from placement.sim.runtime import MeasuredRuntime as MeasuredRuntime
     from placement.sim.runtime import Runtime as Runtime
     from placement.sim.runtime import TraceRuntime as TraceRuntime
+    from placement.sim.scheduled import JobOutcome as JobOutcome
+    from placement.sim.scheduled import ReplayJob as ReplayJob
+    from placement.sim.scheduled import ReplayResult as ReplayResult
+    from placement.sim.scheduled import ReplaySettings as ReplaySettings
+    from placement.sim.scheduled import causal_fill as causal_fill
+    from placement.sim.scheduled import compressed as compressed
+    from placement.sim.scheduled import queue_of as queue_of
+    from placement.sim.scheduled import queues_by_share as queues_by_share
+    from placement.sim.scheduled import replay_scheduled as replay_scheduled
+    from placement.sim.scheduled_summary import jain as jain
+    from placement.sim.scheduled_summary import summarise_replay as summarise_replay
 
 EXPORTS: dict[str, tuple[str, ...]] = {
     "placement.batch.policies": ("BATCH_POLICIES", "BatchPolicy", "BatchResult", "batch_policy"),
@@ -170,6 +181,9 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "placement.sim.pod_list": ("load_openb_pods",),
     "placement.sim.queues": ("QueuePolicy", "queue_policy"),
     "placement.sim.runtime": ("MeasuredRuntime", "Runtime", "TraceRuntime"),
+    "placement.sim.scheduled": ("JobOutcome", "ReplayJob", "ReplayResult", "ReplaySettings", "causal_fill",
+                                "compressed", "queue_of", "queues_by_share", "replay_scheduled"),
+    "placement.sim.scheduled_summary": ("jain", "summarise_replay"),
     "placement.model.snapshot": ("Allocation", "ClusterSnapshot", "InstancePlacement", "apply", "at_generation",
                                  "empty_snapshot", "layout_of", "release"),
     "placement.model.speed": ("NO_PROFILES", "REFERENCE_SPEED_TYPE", "SpeedModel", "Spread", "SyncCurve",

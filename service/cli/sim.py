@@ -307,3 +307,77 @@ def summary_table(summary: dict[str, Any]) -> Table:
 
 def _f(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
+
+
+@app.command("scheduled")
+def scheduled_command(
+    jobs: JobsOpt = 20000,
+    load: Annotated[float, typer.Option(min=0.01, help="arrivals this many times as dense as in the trace (the "
+                                                        "gaps between submissions divided by it): jobs queue")] = 1.0,
+    queues: Annotated[str, typer.Option(help="a queue file (YAML, the shape PUT /v1/queues takes), or by-user:K / "
+                                             "by-group:K: one queue per PAI user (group) among the K with the most "
+                                             "GPU-seconds, the rest in 'shared', written to --out to edit")] =
+    "by-user:8",
+    order: Annotated[str | None, typer.Option(help="fifo, sjf or priority for every queue (default: the file's; "
+                                                   "fifo for derived queues)")] = None,
+    estimate: Annotated[str, typer.Option(help="the scheduler's duration estimate: oracle (the real duration) or "
+                                               "the causal history mean of the user, group or group-gpu (SJGG)")] =
+    "group-gpu",
+    preemption: Annotated[bool, typer.Option(help="let guaranteed jobs preempt")] = True,
+    opportunistic: Annotated[bool, typer.Option(help="submit a job opportunistic when its queue's guaranteed GPUs "
+                                                     "(running and pending) would go beyond its guarantee")] = False,
+    prescheduling_s: Annotated[float, typer.Option(min=0.0, help="pre-scheduling horizon, s (0: off)")] = 0.0,
+    placement: Annotated[str, typer.Option(help="online placement policy")] = "liquid",
+    cluster: ClusterOpt = "pai", gpus: GpusOpt = 6500,
+    ablation: Annotated[bool, typer.Option(help="also run with each feature that is on turned off, on the same "
+                                                "jobs, side by side")] = False,
+    out: Annotated[Path | None, typer.Option(help="folder for scheduled.json and derived queue files")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the report as one JSON object on stdout")] = False,
+) -> None:
+    """Replay PAI jobs through the scheduler core the service runs (queues, quotas, borrowing, preemption,
+    opportunistic jobs, reservations): JCT, waits per queue, quota violations, preempted and idle GPU-hours,
+    fairness. Writes scheduled.json."""
+    import json
+
+    from placement import ONLINE_POLICY_NAMES, ORDERS, ReplaySettings, SchedulingSettings
+    from service.cli import scheduled_report as report_of
+
+    if placement not in ONLINE_POLICY_NAMES:
+        raise KeyError(f"unknown placement {placement!r}; known: {', '.join(ONLINE_POLICY_NAMES)}")
+    if order is not None and order not in ORDERS:
+        raise KeyError(f"unknown order {order!r}; known: {', '.join(ORDERS)}")
+    if estimate not in report_of.ESTIMATES:
+        raise KeyError(f"unknown estimate {estimate!r}; known: {', '.join(report_of.ESTIMATES)}")
+    shown = make_console(stderr=True) if as_json else console
+    trace = report_of.pai_trace(cluster, gpus, jobs, estimate != "oracle")
+    folder = out or home() / "simulations" / f"scheduled-{trace.cluster.name}-load{load:g}"
+    try:
+        queue_set, key, queue_file = report_of.queue_config(queues, trace, order, folder)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--queues") from None
+    submitted = report_of.replay_jobs(trace, load, estimate, key, queue_set)
+    settings = ReplaySettings(SchedulingSettings(preemption=preemption, prescheduling_horizon_s=prescheduling_s),
+                              opportunistic)
+    runs = report_of.variants(queue_set, settings, ablation)
+    with progress(shown, "replaying", total=len(submitted) * len(runs)) as steps:
+        done: dict[str, int] = {}
+
+        def tick(run: str, arrived: int) -> None:
+            if arrived != done.get(run, 0):
+                steps.update(f"replaying {run}")
+                steps.advance(arrived - done.get(run, 0))
+                done[run] = arrived
+
+        results = report_of.run_all(submitted, trace.cluster, runs, placement, tick)
+    report = {"jobs": len(submitted), "cluster": trace.cluster.name, "gpus": trace.cluster.total_gpus, "load": load,
+              "estimate": estimate, "placement": placement, "queues": str(queue_file), "queued_by": key,
+              "guaranteed_gpus": {n: q.guarantee.get("gpus", 0.0) for n, q in queue_set.queues.items()},
+              "runs": results}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "scheduled.json").write_text(json.dumps(report, indent=2) + "\n")
+    if as_json:
+        typer.echo(json.dumps(report))
+    else:
+        console.print(report_of.runs_table(report))
+        console.print(report_of.waits_table(report))
+    shown.print(f"scheduled.json: {folder}; queues: {queue_file}")
