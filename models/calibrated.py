@@ -108,8 +108,7 @@ class CalibratedEstimator:
         self.fallback_ = float(np.median(z[:split]))
         features = features.drop(columns=[c for c in self.dropped if c in features])
         self.feature_names_ = list(features.columns)
-        learner: QuantileLearner = LEARNERS[self.family](seed=self.seed, params=self.params)
-        self.learner_ = learner.fit(features.iloc[:split], z[:split])
+        self.learner_ = self._learner().fit(features.iloc[:split], z[:split])
         self.baseline_index_ = self.feature_names_.index(self.baseline_column)
         self.depth_index_ = self.feature_names_.index(self.depth_column)
         cal = features.iloc[split:].to_numpy(dtype=float)
@@ -122,6 +121,11 @@ class CalibratedEstimator:
             y50 = np.maximum(np.expm1(self.weights_[buckets] * p50 + (1.0 - self.weights_[buckets]) * base), 0.0)
             self.mean_weights_ = self._mean_weights(np.expm1(z[split:]), y50, self._history_mean(cal, y50), buckets)
         return self
+
+    def _learner(self) -> QuantileLearner:
+        """The learner ``fit`` trains (a subclass may fit it elsewhere, e.g. on a Dask cluster)."""
+        learner: QuantileLearner = LEARNERS[self.family](seed=self.seed, params=self.params)
+        return learner
 
     def predict(self, features: pd.DataFrame) -> Prediction:
         check_fitted(self, "learner_")

@@ -87,6 +87,10 @@ class ResidualLearner:
 class ResidualEstimator:
     """The history rule, corrected by a learner on rule-relative features; conformal P90 on a drift scale."""
 
+    learner_kind: type[ResidualLearner] = ResidualLearner
+    """What fits the correction and the cold-start learner (one fitted elsewhere, e.g. on a Dask cluster,
+    takes its place in a subclass)."""
+
     def __init__(self, family: str = "lgbm", relative: Sequence[str] = (), log_relative: Sequence[str] = (),
                  excluded: Sequence[str] = (), rule_column: str = "rule", depth_column: str = "depth",
                  scale_column: str = "rule_err_q90", depth_edges: Sequence[int] = DEFAULT_DEPTH_EDGES,
@@ -124,10 +128,10 @@ class ResidualEstimator:
         self.cold_: ResidualLearner | None = None
         if self.family != "history":
             age = (split - 1 - np.arange(split)) / split
-            self.learner_ = ResidualLearner(self.family, self.seed, self.params).fit(
+            self.learner_ = self.learner_kind(self.family, self.seed, self.params).fit(
                 self._inputs(matrix[:split], rule[:split]), z[:split] - rule[:split],
                 0.5 ** (age / self.recency_halflife))
-            self.cold_ = ResidualLearner(self.family, self.seed, {**COLD_PARAMS[self.family], **(self.params or {})})
+            self.cold_ = self.learner_kind(self.family, self.seed, {**COLD_PARAMS[self.family], **(self.params or {})})
             self.cold_.fit(matrix[:split][:, self.absolute_index_], z[:split], np.ones(split))
             corrections = self._corrections(cal, rule[split:])
         self.weights_, self.cold_weights_ = self._blend_weights(z_cal, rule[split:], corrections, buckets)

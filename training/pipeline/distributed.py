@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import math
 import warnings
 from collections.abc import Sequence
 from typing import Any, Self
@@ -30,9 +29,9 @@ import numpy as np
 import pandas as pd
 
 from models.calibrated import CalibratedEstimator
-from models.learners import LEARNERS, LGBM_DEFAULTS, LightGBMLearner, QuantileLearner
+from models.learners import LGBM_DEFAULTS, LightGBMLearner, QuantileLearner
 from models.prediction import FloatArray
-from models.residual import COLD_PARAMS, FAMILIES, LGBM_PARAMS, ResidualEstimator, ResidualLearner
+from models.residual import LGBM_PARAMS, ResidualEstimator, ResidualLearner
 
 Fitted = CalibratedEstimator | ResidualEstimator
 
@@ -100,78 +99,17 @@ class DaskResidualLearner(ResidualLearner):
 
 
 class DaskCalibratedEstimator(CalibratedEstimator):
-    """:class:`models.calibrated.CalibratedEstimator` with the learner fitted on the workers.
+    """:class:`models.calibrated.CalibratedEstimator` with its LightGBM learner fitted on the workers."""
 
-    ``fit`` is the parent's with one change, the learner it makes; a test holds the two to the same result."""
-
-    learner_kind: type[LightGBMLearner] = DaskLightGBMLearner
-
-    def fit(self, features: pd.DataFrame, target: FloatArray) -> Self:
-        if self.family not in LEARNERS:
-            raise ValueError(f"unknown model family {self.family!r}; known: {', '.join(LEARNERS)}")
-        z = np.log1p(np.asarray(target, dtype=float))
-        split = int(len(z) * (1.0 - self.calibration_share))
-        if split < 10 or len(z) - split < 10:
-            raise ValueError(f"need at least 10 rows on each side of the calibration split, got {len(z)} rows")
-        self.fallback_ = float(np.median(z[:split]))
-        features = features.drop(columns=[c for c in self.dropped if c in features])
-        self.feature_names_ = list(features.columns)
-        kind = self.learner_kind if self.family == "lgbm" else LEARNERS[self.family]
-        learner: QuantileLearner = kind(seed=self.seed, params=self.params)
-        self.learner_ = learner.fit(features.iloc[:split], z[:split])
-        self.baseline_index_ = self.feature_names_.index(self.baseline_column)
-        self.depth_index_ = self.feature_names_.index(self.depth_column)
-        cal = features.iloc[split:].to_numpy(dtype=float)
-        p50, p90 = self.learner_.predict_quantiles(cal)
-        base = self._baseline(cal)
-        buckets = self._buckets(cal)
-        self.weights_, self.offsets_ = self._calibrate(z[split:], p50, np.maximum(p90 - p50, 0.0), base, buckets)
-        self.mean_index_ = [self.feature_names_.index(c) for c in self.mean_columns if c in self.feature_names_]
-        if self.mean_index_:
-            y50 = np.maximum(np.expm1(self.weights_[buckets] * p50 + (1.0 - self.weights_[buckets]) * base), 0.0)
-            self.mean_weights_ = self._mean_weights(np.expm1(z[split:]), y50, self._history_mean(cal, y50), buckets)
-        return self
+    def _learner(self) -> QuantileLearner:
+        if self.family == "lgbm":
+            return DaskLightGBMLearner(seed=self.seed, params=self.params)
+        return super()._learner()
 
 
 class DaskResidualEstimator(ResidualEstimator):
     """:class:`models.residual.ResidualEstimator` with the residual and cold-start learners fitted on the workers.
 
-    ``fit`` is the parent's with one change, the learners it makes; a test holds the two to the same result."""
+    Only the learners differ: the parent's ``fit`` makes them through ``learner_kind``."""
 
     learner_kind: type[ResidualLearner] = DaskResidualLearner
-
-    def fit(self, features: pd.DataFrame, target: FloatArray) -> Self:
-        if self.family not in FAMILIES:
-            raise ValueError(f"unknown model family {self.family!r}; known: {', '.join(FAMILIES)}")
-        z = np.log1p(np.asarray(target, dtype=float))
-        split = int(len(z) * (1.0 - self.calibration_share))
-        if split < 10 or len(z) - split < 10:
-            raise ValueError(f"need at least 10 rows on each side of the calibration split, got {len(z)} rows")
-        self.feature_names_ = list(features.columns)
-        self._index_columns()
-        self.fallback_ = float(np.median(z[:split]))
-        matrix = features.to_numpy(dtype=float)
-        rule = self._rule(matrix)
-        cal, z_cal, buckets = matrix[split:], z[split:], self._buckets(matrix[split:])
-        corrections = np.zeros((2, len(z_cal)))
-        self.learner_: ResidualLearner | None = None
-        self.cold_: ResidualLearner | None = None
-        if self.family != "history":
-            age = (split - 1 - np.arange(split)) / split
-            self.learner_ = self.learner_kind(self.family, self.seed, self.params).fit(
-                self._inputs(matrix[:split], rule[:split]), z[:split] - rule[:split],
-                0.5 ** (age / self.recency_halflife))
-            self.cold_ = self.learner_kind(self.family, self.seed, {**COLD_PARAMS[self.family], **(self.params or {})})
-            self.cold_.fit(matrix[:split][:, self.absolute_index_], z[:split], np.ones(split))
-            corrections = self._corrections(cal, rule[split:])
-        self.weights_, self.cold_weights_ = self._blend_weights(z_cal, rule[split:], corrections, buckets)
-        z50 = rule[split:] + self.weights_[buckets] * corrections[0] + self.cold_weights_[buckets] * corrections[1]
-        raw_scale = cal[:, self.scale_index_]
-        self.default_scale_ = float(np.nanmedian(raw_scale)) if not np.isnan(raw_scale).all() else 1.0
-        scores = np.sort((z_cal - z50) / self._scale(cal))
-        rank = min(len(scores), math.ceil((len(scores) + 1) * self.coverage)) - 1
-        self.offset_ = float(scores[rank])
-        if self.mean_index_:
-            y50 = np.maximum(np.expm1(z50), 0.0)
-            self.mean_weights_ = self._mean_weights(np.expm1(z_cal), y50, self._history_mean(cal, y50), buckets)
-        return self
