@@ -52,6 +52,8 @@ class StateIds:
     def of(self, gpu_milli: IntArray, gpu_mem: IntArray, cpu: IntArray, machines: IntArray) -> IntArray:
         """The ids of the states of ``machines`` in the usage ``gpu_milli``, ``gpu_mem`` (per GPU) and ``cpu`` (per
         machine); a state not met yet gets a new id."""
+        if len(machines) == 0:  # an allocation with no instance changes no machine
+            return np.zeros(0, dtype=np.int64)
         counts = self.layout.gpu_count[machines]
         large = counts > FEW_GPUS
         sums = np.zeros((len(machines), 2), dtype=np.uint64)
