@@ -131,13 +131,16 @@ async def cancel_job(job_id: JobId, rt: WriteRuntime) -> CancelledOut:
 
 # a router of its own: the others' error answers would be documented in the stream's media type
 _streams = APIRouter(prefix="/v1", tags=["queue"], generate_unique_id_function=operation_id)
+_EVENT = {"type": "object", "description": "one server-sent event, its fields as text",
+          "properties": {"id": {"type": "string"}, "event": {"type": "string"}, "data": {"type": "string"}}}
+"""What each event of the stream is (schema checkers parse the stream and check every event against it)."""
 _JSON_PROBLEM = {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/ProblemOut"}}}
 
 
 @_streams.get("/jobs/{job_id}/events", response_class=EventStream, responses={
     200: {"description": "server-sent events: one per state change, `id` its number, `event` the state it came "
                          "to, `data` JSON with job_id, state, reason, generation and at (Unix s)",
-          "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+          "content": {"text/event-stream": {"schema": _EVENT}}},
     **{status: {"description": PROBLEMS[status], "content": _JSON_PROBLEM} for status in (*ANYWHERE, 404)}})
 async def job_events(job_id: JobId, request: Request, rt: ReadRuntime, query: Annotated[EventsQuery, Query()],
                      last_event_id: Annotated[int | None, Header(ge=0)] = None) -> EventStream:
