@@ -284,13 +284,7 @@ def recount(url: str) -> None:
 def check_history(url: str, acked: dict[str, str], cancelled: set[str]) -> None:
     """Every acknowledged job once in the table, ended or cancelled; its events one path through the
     states: pending, then running at most once, then its end (none preempts here: one queue, one priority)."""
-    engine = sa.create_engine(url)
-    with engine.connect() as conn:
-        states = dict(conn.execute(sa.text("SELECT job_id, state FROM jobs")).all())
-        history: dict[str, list[str]] = defaultdict(list)
-        for job_id, state in conn.execute(sa.text("SELECT job_id, state FROM job_events ORDER BY id")).all():
-            history[job_id].append(state)
-    engine.dispose()
+    states, history = histories(url)
     assert set(states) == set(acked)
     for job_id, first in acked.items():
         final = "cancelled" if job_id in cancelled else "released"
@@ -298,3 +292,15 @@ def check_history(url: str, acked: dict[str, str], cancelled: set[str]) -> None:
         path = ["pending", final] if final == "cancelled" else ["pending", "running", "released"]
         assert history[job_id] == path, (job_id, history[job_id])
         assert first == "pending" or job_id not in cancelled
+
+
+def histories(url: str) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Each job's state as stored, and the states of its events in order, read from the database directly."""
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        states = dict(conn.execute(sa.text("SELECT job_id, state FROM jobs")).all())
+        history: dict[str, list[str]] = defaultdict(list)
+        for job_id, state in conn.execute(sa.text("SELECT job_id, state FROM job_events ORDER BY id")).all():
+            history[job_id].append(state)
+    engine.dispose()
+    return states, history

@@ -13,14 +13,12 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import httpx
-import sqlalchemy as sa
 
 from tests.service.conftest import API_KEY, Server, server_env
-from tests.service.test_queue_e2e import CLUSTER, drain, job, recount
+from tests.service.test_queue_e2e import CLUSTER, drain, histories, job, recount
 
 KEY = {"X-API-Key": API_KEY}
 QUEUES = {"queues": [{"name": "default", "order": "priority", "quota": {}}]}
@@ -72,17 +70,6 @@ def preemptions(url: str) -> float:
     text = httpx.get(f"{url}/metrics", timeout=60).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith("gpuplace_preemptions_total{"))
-
-
-def histories(database_url: str) -> tuple[dict[str, str], dict[str, list[str]]]:
-    engine = sa.create_engine(database_url)
-    with engine.connect() as conn:
-        states = dict(conn.execute(sa.text("SELECT job_id, state FROM jobs")).all())
-        history: dict[str, list[str]] = defaultdict(list)
-        for job_id, state in conn.execute(sa.text("SELECT job_id, state FROM job_events ORDER BY id")).all():
-            history[job_id].append(state)
-    engine.dispose()
-    return states, history
 
 
 def check_paths(states: dict[str, str], history: dict[str, list[str]]) -> None:
