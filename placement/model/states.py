@@ -23,7 +23,10 @@ STATE_LIMIT = 4096
 """States given an id before the ids are forgotten and given afresh (:meth:`StateIds.forget`)."""
 FEW_GPUS = 64
 """A machine of more GPUs is hashed alone: the rows of the others are not widened to its GPUs."""
+FEW_MACHINES = 8
+"""Up to this many machines are hashed in Python (:meth:`StateIds._of_few`), more at once in numpy."""
 _SEED = 0x5EED5
+_MASK = (1 << 64) - 1
 
 
 class StateIds:
@@ -36,6 +39,8 @@ class StateIds:
                                                               dtype=np.uint64, endpoint=True)
         """Per number of a state (each GPU's free share + 1, free memory and capacity; free CPU; GPU type), its
         weight in each of the two sums: a GPU a machine does not have counts 0 in each, whatever its weight."""
+        self._weight_lists = (self.weights[:, 0].tolist(), self.weights[:, 1].tolist())
+        """The weights as Python ints, for hashing a few machines without numpy's per-call cost."""
         self.ids: dict[int, int] = {}
         self.epoch = 0
         """How many times the ids were forgotten: what was kept by id under another epoch no longer holds."""
@@ -54,6 +59,8 @@ class StateIds:
         machine); a state not met yet gets a new id."""
         if len(machines) == 0:  # an allocation with no instance changes no machine
             return np.zeros(0, dtype=np.int64)
+        if len(machines) <= FEW_MACHINES and int(self.layout.gpu_count[machines].max()) <= FEW_GPUS:
+            return self._of_few(gpu_milli, gpu_mem, cpu, machines)
         counts = self.layout.gpu_count[machines]
         large = counts > FEW_GPUS
         sums = np.zeros((len(machines), 2), dtype=np.uint64)
@@ -73,6 +80,31 @@ class StateIds:
             found = [ids.setdefault(high << 64 | low, len(ids)) for high, low in ranked[starts].tolist()]
         result: IntArray = np.array(found, dtype=np.int64)[group]
         return result
+
+    def _of_few(self, gpu_milli: IntArray, gpu_mem: IntArray, cpu: IntArray, machines: IntArray) -> IntArray:
+        """:meth:`of` for a few machines (a commit, a decision's takes), in Python ints: the same sums modulo
+        2**64 as :meth:`_sums`, where numpy's cost per call would outweigh the work (a machine of 8 GPUs)."""
+        layout, w = self.layout, self.width
+        w0, w1 = self._weight_lists
+        keys = []
+        for m in machines.tolist():
+            count, first = int(layout.gpu_count[m]), int(layout.gpu_first[m])
+            free_cpu, kind = int(layout.cpu_cap[m] - cpu[m]), int(layout.gpu_type[m])
+            s0, s1 = free_cpu * w0[3 * w] + kind * w0[3 * w + 1], free_cpu * w1[3 * w] + kind * w1[3 * w + 1]
+            if count:
+                used = gpu_milli[first:first + count].tolist()
+                caps = layout.gpu_mem_cap[first:first + count].tolist()
+                mem = gpu_mem[first:first + count].tolist()
+                for j in range(count):
+                    free, cap = MILLI + 1 - used[j], caps[j]
+                    mem_free = cap - mem[j]
+                    s0 += free * w0[j] + mem_free * w0[w + j] + cap * w0[2 * w + j]
+                    s1 += free * w1[j] + mem_free * w1[w + j] + cap * w1[2 * w + j]
+            keys.append((s0 & _MASK) << 64 | (s1 & _MASK))  # as in :meth:`of`: first sum high
+        ids = self.ids
+        with self._lock:
+            found = [ids.setdefault(key, len(ids)) for key in keys]
+        return np.array(found, dtype=np.int64)
 
     def _sums(self, gpu_milli: IntArray, gpu_mem: IntArray, cpu: IntArray,
               machines: IntArray) -> npt.NDArray[np.uint64]:

@@ -13,13 +13,14 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from placement.model import feasibility
+from placement.model import feasibility, states
 from placement.model.cluster import Cluster, Machine, build_cluster
 from placement.model.demand import Job, Role, Task
 from placement.model.feasibility import Need, need_of
 from placement.model.layout import FloatArray, IntArray
 from placement.model.network import NetworkTally
 from placement.model.snapshot import MILLI, Allocation, ClusterSnapshot, InstancePlacement, apply, release
+from placement.model.states import StateIds
 from placement.online import machine_states
 from placement.online.frag_measure import MachineRow, Measured, ShapeTable, Tally, added_both, measure, rows_of
 from placement.online.greedy import PlacementConfig, Step, _build, never_fills
@@ -148,6 +149,20 @@ def test_machine_state_ids_follow_working_states(snapshot: ClusterSnapshot, job:
         fit = np.flatnonzero(working.candidates(need).ok)
         if fit.size:
             working.take(int(fit[pick % fit.size]), 0, need)
+
+
+@SLOW
+@given(snapshot=occupied())
+def test_a_few_machines_hash_as_many_do(snapshot: ClusterSnapshot) -> None:
+    """Hashed one at a time (in Python ints) or all at once (in numpy), each machine's state gets the same id."""
+    registry = StateIds(snapshot.layout)
+    usage = (snapshot.gpu_milli_used, snapshot.gpu_mem_used, snapshot.cpu_used)
+    machines = np.arange(len(snapshot.cpu_used))
+    with patch.object(states, "FEW_MACHINES", 0):
+        at_once = registry.of(*usage, machines)
+    one_by_one = [int(registry.of(*usage, np.array([m]))[0]) for m in machines.tolist()]
+    assert at_once.tolist() == one_by_one
+    assert len(registry) == len(set(one_by_one))
 
 
 def _allocation_of(working: WorkingState, job_id: str) -> Allocation:
