@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -56,6 +57,45 @@ def _estimate(p50_s: float | None, p90_s: float | None) -> DurationEstimate:
     return DurationEstimate(math.nan if p50_s is None else float(p50_s), math.nan if p90_s is None else float(p90_s))
 
 
+class _RowJobs:
+    """The pending and running job of each queue row, the same object for as long as the row is the same:
+    the scheduling cycle remembers what it worked out about a job by the job object's identity
+    (``placement.scheduling.memo``), and a pass reads every row of a long queue again."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, tuple[QueueRow, PendingJob | RunningJob]] = {}
+        self._lock = threading.Lock()
+
+    def of(self, row: QueueRow) -> PendingJob | RunningJob:
+        job_id = row[0]
+        found = self._by_id.get(job_id)
+        if found is not None and found[0] == row:
+            return found[1]
+        made = _from_row(row)
+        with self._lock:
+            self._by_id[job_id] = (row, made)
+        return made
+
+    def keep_only(self, live: int) -> None:
+        """Forget rows no longer read, once there are twice as many remembered as there are rows now."""
+        if len(self._by_id) > 2 * live + 1024:
+            with self._lock:
+                self._by_id.clear()
+
+
+def _from_row(row: QueueRow) -> PendingJob | RunningJob:
+    job_id, state, demand, queue, priority, mode, submitted_at, placed_at, p50_s, p90_s = row
+    job = _job(demand, int(priority or 0))
+    assert job.job_id == job_id, f"job row {job_id!r} holds the demand of {job.job_id!r}"
+    estimate = _estimate(p50_s, p90_s)
+    if state == PENDING:
+        return PendingJob(job, queue, float(submitted_at), JobMode(mode), estimate)
+    return RunningJob(job, queue, float(placed_at), JobMode(mode), estimate)
+
+
+_jobs = _RowJobs()
+
+
 @dataclass(frozen=True)
 class QueueState:
     pending: tuple[PendingJob, ...] = ()
@@ -65,15 +105,15 @@ class QueueState:
 
     @staticmethod
     def of(rows: Iterable[QueueRow], spec: str | None) -> QueueState:
-        pending, running = [], []
-        for job_id, state, demand, queue, priority, mode, submitted_at, placed_at, p50_s, p90_s in rows:
-            job = _job(demand, int(priority or 0))
-            assert job.job_id == job_id, f"job row {job_id!r} holds the demand of {job.job_id!r}"
-            estimate = _estimate(p50_s, p90_s)
-            if state == PENDING:
-                pending.append(PendingJob(job, queue, float(submitted_at), JobMode(mode), estimate))
+        pending: list[PendingJob] = []
+        running: list[RunningJob] = []
+        for row in rows:
+            job = _jobs.of(row)
+            if isinstance(job, PendingJob):
+                pending.append(job)
             else:
-                running.append(RunningJob(job, queue, float(placed_at), JobMode(mode), estimate))
+                running.append(job)
+        _jobs.keep_only(len(pending) + len(running))
         pending.sort(key=lambda j: (j.submit_s, j.job_id))
         return QueueState(tuple(pending), tuple(running), spec)
 

@@ -79,6 +79,20 @@ def test_submitted_jobs_wait_and_a_pass_starts_what_fits(any_store: Store) -> No
     assert store.pending_by_queue() == {}
 
 
+def test_a_job_read_again_unchanged_is_the_same_object(any_store: Store) -> None:
+    """The cycle remembers what it worked out about a job by the job object: a pass that reads a row it read
+    before, unchanged, gets the object it got then; a row that changed (the job started), a new one."""
+    store = any_store
+    submit(store, job("s0", gpu=1.0, instances=8), job("s1", gpu=1.0, instances=8), job("s2", gpu=1.0, instances=8))
+    _, first = store.queued()
+    _, again = store.queued()
+    assert [id(j) for j in again.pending] == [id(j) for j in first.pending] and len(first.pending) == 3
+    schedule_pass(store, PLANNER)
+    _, after = store.queued()
+    assert [j.job_id for j in after.running] == ["s0", "s1"] and after.pending[0] is first.pending[2]
+    assert all(r is not p for r in after.running for p in first.pending)
+
+
 def test_cancel_takes_only_a_pending_job(any_store: Store) -> None:
     store = any_store
     submit(store, job("c1", gpu=1.0, instances=16), job("c2", gpu=1.0))
