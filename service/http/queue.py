@@ -183,7 +183,7 @@ def _queues_out(rt: Runtime) -> QueuesOut:
     waiting: dict[str, int] = {}
     for job in queued.pending:
         waiting[job.queue] = waiting.get(job.queue, 0) + 1
-    upcoming = next_starts(rt.planner(snapshot, queued)) if queued.pending else {}
+    upcoming = next_starts(rt.planner.latest(snapshot, queued), rt.planner.clock()) if queued.pending else {}
     out = [QueueOut(name=q.name, order=q.order, cohort=q.cohort, quota=dict(q.guarantee),
                     borrowing_limit=dict(q.borrowing_limit), usage=dict(usage.get(q.name, {})),
                     pending=waiting.pop(q.name, 0), next_start_in_s=upcoming.get(q.name, (None, None))[0],
@@ -214,14 +214,15 @@ def wake_from_thread(rt: Runtime) -> None:
     anyio.from_thread.run(rt.cycle.wake)
 
 
-def next_starts(plan: Plan) -> dict[str, tuple[float | None, str | None]]:
-    """Per queue with a job starting or waiting in ``plan``: in how many seconds its next job is estimated
-    to start, and why it waits. The plan lists each queue's waiting jobs in the order the pass took them,
-    so a queue's first one is the next it would start."""
+def next_starts(plan: Plan, now: float | None = None) -> dict[str, tuple[float | None, str | None]]:
+    """Per queue with a job starting or waiting in ``plan``: in how many seconds from ``now`` (default the
+    plan's time) its next job is estimated to start, and why it waits. The plan lists each queue's waiting
+    jobs in the order the pass took them, so a queue's first one is the next it would start."""
+    now = plan.now if now is None else now
     out: dict[str, tuple[float | None, str | None]] = {start.queue: (0.0, None) for start in plan.starts}
     for waiting in plan.waiting:
         if waiting.queue not in out:
             at_s = waiting.reservation_at_s
-            in_s = max(at_s - plan.now, 0.0) if at_s is not None and math.isfinite(at_s) else None
+            in_s = max(at_s - now, 0.0) if at_s is not None and math.isfinite(at_s) else None
             out[waiting.queue] = (in_s, waiting.reason.value)
     return out

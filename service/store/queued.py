@@ -129,14 +129,25 @@ class QueueState:
         return QueueState(pending, running, self.spec)
 
 
+READ_PLAN_S = 5.0
+"""How long a plan answers the read endpoints (each queue's next start, why each job waits) while the state
+it was decided on stays: with thousands waiting a pass takes a tenth of a second, and a dashboard, several
+users and a metrics scraper each ask every few seconds."""
+
+
 class Planner:
     """The service's scheduling decider (a :data:`~service.store.ops.Decide`): ``placement.schedule`` on
-    the state and the stored queues, with ``policy`` placing each job, at ``clock()``."""
+    the state and the stored queues, with ``policy`` placing each job, at ``clock()``.
+
+    Readers share its plans (:meth:`latest`, :meth:`usage`): the last one decided on the same generation of
+    the state, at most ``READ_PLAN_S`` old, whoever asked for it (a scheduling pass, or another reader)."""
 
     def __init__(self, policy: OnlinePolicy, settings: SchedulingSettings | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.policy, self.settings, self.clock = policy, settings or SchedulingSettings(), clock
         self._checked: tuple[str | None, Cluster, QueueSet] | None = None
+        self._plan: tuple[int, str | None, Plan] | None = None
+        self._usage: tuple[int, str | None, float, Mapping[str, Mapping[str, float]]] | None = None
 
     def queues(self, spec: str | None, cluster: Cluster) -> QueueSet:
         """The stored configuration checked against ``cluster`` (once per configuration and cluster). One a
@@ -155,12 +166,27 @@ class Planner:
 
     def usage(self, snapshot: ClusterSnapshot, state: QueueState) -> Mapping[str, Mapping[str, float]]:
         """Each queue's quota usage (its guaranteed running jobs) by resource key, as a pass counts it: from
-        a plan with nobody waiting (nothing is written)."""
+        a plan with nobody waiting (nothing is written); shared as :meth:`latest` is."""
+        now, kept = self.clock(), self._usage
+        if kept is not None and kept[:2] == (snapshot.generation, state.spec) and now - kept[2] <= READ_PLAN_S:
+            return kept[3]
         queues = self.queues(state.spec, snapshot.cluster)
-        return schedule(snapshot, (), state.on(snapshot).running, queues, self.clock(), self.policy,
-                        self.settings).usage
+        usage = schedule(snapshot, (), state.on(snapshot).running, queues, now, self.policy, self.settings).usage
+        self._usage = (snapshot.generation, state.spec, now, usage)
+        return usage
+
+    def latest(self, snapshot: ClusterSnapshot, state: QueueState) -> Plan:
+        """A plan for ``snapshot`` and ``state``, to read: the last one decided on the same generation and queue
+        configuration if it is at most ``READ_PLAN_S`` old, else a new one."""
+        kept = self._plan
+        if kept is not None and kept[:2] == (snapshot.generation, state.spec) \
+                and self.clock() - kept[2].now <= READ_PLAN_S:
+            return kept[2]
+        return self(snapshot, state)
 
     def __call__(self, snapshot: ClusterSnapshot, state: QueueState) -> Plan:
         state = state.on(snapshot)
-        return schedule(snapshot, state.pending, state.running, self.queues(state.spec, snapshot.cluster),
+        plan = schedule(snapshot, state.pending, state.running, self.queues(state.spec, snapshot.cluster),
                         self.clock(), self.policy, self.settings)
+        self._plan = (snapshot.generation, state.spec, plan)  # one assignment: a reader sees a whole entry
+        return plan

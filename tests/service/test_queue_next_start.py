@@ -21,6 +21,7 @@ def test_a_queue_s_first_waiting_job_gives_its_next_start() -> None:
     ))
     assert next_starts(plan) == {"a": (600.0, "waiting-for-reservation"), "b": (None, "over-quota"),
                                  "c": (None, "does-not-fit-now"), "d": (0.0, "waiting-for-reservation")}
+    assert next_starts(plan, now=1_100.0)["a"] == (500.0, "waiting-for-reservation")  # a plan read later
 
 
 def test_a_queue_that_starts_a_job_now_starts_its_next_at_once() -> None:

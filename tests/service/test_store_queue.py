@@ -33,6 +33,7 @@ from service.store import (
     Submitted,
 )
 from service.store.memory import MemoryStore
+from service.store.queued import READ_PLAN_S
 from tests.service.test_store import CLUSTER, PLACE, job, store_at
 
 PLANNER = Planner(PLACE)
@@ -91,6 +92,25 @@ def test_a_job_read_again_unchanged_is_the_same_object(any_store: Store) -> None
     _, after = store.queued()
     assert [j.job_id for j in after.running] == ["s0", "s1"] and after.pending[0] is first.pending[2]
     assert all(r is not p for r in after.running for p in first.pending)
+
+
+def test_readers_share_a_plan_while_the_state_and_its_age_allow() -> None:
+    """A plan answers readers while the state is at the generation it was decided on and it is at most
+    ``READ_PLAN_S`` old, whoever decided it; then a new one is made."""
+    store, clock = MemoryStore(CLUSTER), [1_000.0]
+    planner = Planner(PLACE, clock=lambda: clock[0])
+    submit(store, *(job(f"r{k}", gpu=1.0, instances=8) for k in range(3)))
+    snapshot, queued = store.queued()
+    decided = planner(snapshot, queued)
+    assert planner.latest(snapshot, queued) is decided
+    assert planner.usage(snapshot, queued) is planner.usage(snapshot, queued)
+    clock[0] += READ_PLAN_S + 1
+    assert planner.latest(snapshot, queued) is not decided  # too old
+    again = planner.latest(snapshot, queued)
+    submit(store, job("r3", gpu=1.0))
+    snapshot, queued = store.queued()
+    assert planner.latest(snapshot, queued) is not again  # the state moved on
+    assert "r3" in {w.job_id for w in planner.latest(snapshot, queued).waiting}
 
 
 def test_cancel_takes_only_a_pending_job(any_store: Store) -> None:
