@@ -33,7 +33,7 @@ operations; :class:`MachineRow` works on one machine of a few GPUs in Python num
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
@@ -65,6 +65,19 @@ class ShapeTable:
     accessible: BoolArray
     norm: IntArray
     """Per GPU type, the counts of the shapes that accept it summed, at least 1 (:func:`accepting`)."""
+    _by_type: dict[int, tuple[list[int], int, list[tuple[int, int, int, int, bool]]]] = field(
+        default_factory=dict, init=False, compare=False, repr=False)
+
+    def for_type(self, gpu_type: int) -> tuple[list[int], int, list[tuple[int, int, int, int, bool]]]:
+        """What :class:`MachineRow` reads for a machine of ``gpu_type``, as Python numbers (read-only; worked out
+        once per type: a decision makes a row for every machine it places an instance on)."""
+        found = self._by_type.get(gpu_type)
+        if found is None:
+            accepted = np.flatnonzero(self.accessible[gpu_type]).tolist()
+            shapes = [(self.counts.item(s), self.level_of.item(s), self.gpus.item(s), self.cpu.item(s),
+                       bool(self.uses_gpu[s])) for s in accepted]
+            found = self._by_type[gpu_type] = (self.levels.tolist(), self.norm.item(gpu_type), shapes)
+        return found
 
     @staticmethod
     def of(mix: Mix, layout: Layout) -> ShapeTable:
@@ -274,13 +287,9 @@ class MachineRow:
         mem_used = usage.gpu_mem[span].tolist()
         self.mem_free: list[int] = [cap - used for cap, used in zip(self.caps, mem_used, strict=True)]
         self.cpu_free: int = layout.cpu_cap.item(machine) - usage.cpu.item(machine)
-        gpu_type = layout.gpu_type.item(machine)
-        self.levels: list[int] = table.levels.tolist()
-        self.norm: int = table.norm.item(gpu_type)
-        accepted = np.flatnonzero(table.accessible[gpu_type]).tolist()
-        self.shapes = [(table.counts.item(s), table.level_of.item(s), table.gpus.item(s), table.cpu.item(s),
-                        bool(table.uses_gpu[s])) for s in accepted]
-        """Per shape the machine's type accepts: its count, level index, GPUs, CPU and whether it uses GPUs."""
+        self.levels, self.norm, self.shapes = table.for_type(layout.gpu_type.item(machine))
+        """The table's levels and norm for the machine's type; per shape the type accepts: its count, level
+        index, GPUs, CPU and whether it uses GPUs (read-only, shared by the rows of a type)."""
 
     def _measure(self, total: int, count: list[int], below: list[int], cpu_free: int) -> int:
         return sum(n * (below[level] if uses and count[level] >= gpus and cpu_free >= cpu else total)
