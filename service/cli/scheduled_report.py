@@ -37,7 +37,8 @@ from placement import (
 
 ESTIMATES = ("oracle", "user", "group", "group-gpu")
 """What the scheduler is told of a job's duration: its real duration (``oracle``), or the PAI paper's causal
-history means (``user``: SJU, ``group``: SJG, ``group-gpu``: SJGG; ``training.replay.trace_jobs``)."""
+history means (``user``: SJU, ``group``: SJG, ``group-gpu``: SJGG; ``training.replay.trace_jobs``) as the P50,
+with a P90 from how wrong the estimate was on the jobs that had ended (``causal_p90``)."""
 KEYS = ("user", "group")
 SHARED = "shared"
 
@@ -114,11 +115,22 @@ def replay_jobs(trace: Trace, load: float, estimate: str, key: str, queues: Queu
     keys = trace.keys[key]
     if estimate == "oracle":
         told = [DurationEstimate(j.duration_s, j.duration_s) for j in jobs]
-    else:  # no P90: the scheduler's cautious estimate is then the P50
-        told = [DurationEstimate(v) for v in causal_fill([j.estimate(estimate) for j in jobs])]
+    else:  # a P90 from the estimate's recent errors on the jobs that ended before (none: the P50)
+        from training.replay.trace_jobs import causal_p90
+
+        p50 = causal_fill([j.estimate(estimate) for j in jobs])
+        p90 = causal_p90([j.submit_s for j in jobs], [j.duration_s for j in jobs], p50).tolist()
+        told = [DurationEstimate(a, b) for a, b in zip(p50, p90, strict=True)]
     return [ReplayJob(j.job if estimate == "oracle" else replace(j.job, duration_s=math.nan),
                       queue_of(keys[j.job_id], names, SHARED), submit, j.duration_s, e)
             for j, submit, e in zip(jobs, submits, told, strict=True)]
+
+
+def told_p90_coverage(jobs: Sequence[ReplayJob]) -> dict[str, float | int | None]:
+    """How many jobs were told a P90, and the share of them that ran no longer than it (0.9 if calibrated)."""
+    told = [j for j in jobs if not math.isnan(j.estimate.p90_s)]
+    covered = sum(j.duration_s <= j.estimate.p90_s for j in told)
+    return {"jobs_with_p90": len(told), "p90_coverage": covered / len(told) if told else None}
 
 
 Variant = tuple[str, QueueSet, ReplaySettings]

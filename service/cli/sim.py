@@ -370,7 +370,8 @@ def scheduled_command(
 
         results = report_of.run_all(submitted, trace.cluster, runs, placement, tick)
     report = {"jobs": len(submitted), "cluster": trace.cluster.name, "gpus": trace.cluster.total_gpus, "load": load,
-              "estimate": estimate, "placement": placement, "queues": str(queue_file), "queued_by": key,
+              "estimate": estimate, "told": report_of.told_p90_coverage(submitted), "placement": placement,
+              "queues": str(queue_file), "queued_by": key,
               "guaranteed_gpus": {n: q.guarantee.get("gpus", 0.0) for n, q in queue_set.queues.items()},
               "runs": results}
     folder.mkdir(parents=True, exist_ok=True)

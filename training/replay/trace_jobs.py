@@ -19,6 +19,7 @@ Estimates attached to every job (seconds; NaN where the estimator has no opinion
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
@@ -31,6 +32,7 @@ from placement.model.demand import Job, Role, Task
 from placement.model.gpu_types import CPU_ONLY
 from placement.sim.jobs import SimJob
 from training.features.frames import build_features
+from training.features.rule import rolling_errors, scale_at
 from training.features.targets import target_spec
 from training.performance.workload_class import workload_class
 
@@ -53,6 +55,21 @@ def causal_estimates(table: pd.DataFrame, source: str, model: CalibratedEstimato
     if "ref_group_gpu_dur_s" in table:
         out["alibaba-group-gpu"] = table["ref_group_gpu_dur_s"].to_numpy(dtype=float)
     return out
+
+
+def causal_p90(submit_s: Sequence[float], duration_s: Sequence[float], p50_s: Sequence[float]) -> np.ndarray:
+    """Per job, a P90 for the estimates ``p50_s`` from how wrong they were on the jobs that finished before its
+    submission (submit + duration, on the same clock): ``(1 + p50) x exp(q) - 1`` with ``q`` the 90th
+    percentile of ln(1 + real) - ln(1 + estimate) over the last ``ERROR_WINDOW`` of them (the history rule's
+    conformal band, ``training.features.rule``), never below the P50; NaN before ``MIN_ERRORS`` have
+    finished or where the P50 is unknown."""
+    submit, duration, p50 = (np.asarray(v, dtype=float) for v in (submit_s, duration_s, p50_s))
+    frame = pd.DataFrame({"end_time_s": submit + duration, "duration_s": duration, "censored": False,
+                          "submit_time_s": submit})
+    ends, rolling = rolling_errors(frame, "duration_s", p50)
+    q = scale_at(submit, ends, rolling)
+    p90: np.ndarray = np.maximum(np.expm1(np.log1p(np.maximum(p50, 0.0)) + q), p50)
+    return p90
 
 
 def _first_along(features: pd.DataFrame, chain: tuple[str, ...], stat: str) -> np.ndarray:
