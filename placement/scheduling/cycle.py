@@ -34,7 +34,7 @@ from dataclasses import replace
 
 from placement.model.decision import Decision, Verdict
 from placement.model.demand import Job
-from placement.model.snapshot import ClusterSnapshot
+from placement.model.snapshot import Allocation, ClusterSnapshot
 from placement.online.policies import OnlinePolicy
 from placement.scheduling.forecast import place_around, reserve
 from placement.scheduling.jobs import JobMode, PendingJob, RunningJob
@@ -74,7 +74,7 @@ def plan_cycle(snapshot: ClusterSnapshot, pending: Sequence[PendingJob], running
     state = CycleState.begin(snapshot, running, queues, now, placement_policy, settings or SchedulingSettings(),
                              shortcuts)
     try:
-        _check_pending(snapshot, pending)
+        _check_pending(state.allocated, pending)
         known: list[PendingJob] = []
         guaranteed: dict[str, list[PendingJob]] = {}
         opportunistic: list[PendingJob] = []
@@ -97,15 +97,15 @@ def plan_cycle(snapshot: ClusterSnapshot, pending: Sequence[PendingJob], running
         forget_others(pending, running)
 
 
-def _check_pending(snapshot: ClusterSnapshot, pending: Sequence[PendingJob]) -> None:
-    """``ValueError`` naming the first pending job listed twice or already allocated (sets first: a pending
-    job looked up in the snapshot's map one by one would cost more than deciding it)."""
+def _check_pending(allocated: dict[str, Allocation], pending: Sequence[PendingJob]) -> None:
+    """``ValueError`` naming the first pending job listed twice or already allocated (``allocated``: the
+    snapshot's allocations; sets first, the error's search only when there is one)."""
     ids = {j.job.job_id for j in pending}
-    if len(ids) == len(pending) and ids.isdisjoint(iter(snapshot.allocations)):
+    if len(ids) == len(pending) and ids.isdisjoint(allocated):
         return
     seen: set[str] = set()
     for job in pending:
-        if job.job_id in seen or job.job_id in snapshot.allocations:
+        if job.job_id in seen or job.job_id in allocated:
             raise ValueError(f"pending job {job.job_id!r} is listed twice or already allocated")
         seen.add(job.job_id)
 

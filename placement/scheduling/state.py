@@ -93,6 +93,9 @@ class CycleState:
     """The running opportunistic jobs, as given."""
     admissions: dict[tuple[int, str, int], Admission] = field(default_factory=dict)
     """What the book said of a queue and job shape, by the book's version."""
+    allocated: dict[str, Allocation] = field(default_factory=dict)
+    """The snapshot's allocations by job id, as the cycle began, in a plain dict (the persistent map's
+    iteration and lookups run in Python: a cycle checks thousands of jobs against it)."""
     typed: dict[str, bool] = field(default_factory=dict)
     """Whether a queue's quota names GPU types (worked out when first asked)."""
     probes: dict[Hashable, object] = field(default_factory=dict)
@@ -149,7 +152,7 @@ class CycleState:
                     groups.setdefault(queue, []).append(job)
         screen = Screen(snapshot.layout, place) if shortcuts else None
         return CycleState(snapshot.generation, now, queues, place, settings, snapshot, book, by_id, counted, ends,
-                          screen=screen, opportunistic=opportunistic, victim_groups=groups)
+                          screen=screen, opportunistic=opportunistic, victim_groups=groups, allocated=allocations)
 
     def hold(self, held: Held) -> None:
         self.held.append(held)

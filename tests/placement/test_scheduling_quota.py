@@ -3,6 +3,8 @@ borrowers take turns by dominant-resource fairness. SYNTHETIC clusters, worked o
 
 from __future__ import annotations
 
+import pytest
+
 from placement.scheduling.jobs import JobMode
 from placement.scheduling.plan import WaitReason
 from tests.placement.scheduling_cases import (
@@ -100,3 +102,14 @@ def test_a_job_of_an_unknown_queue_waits_saying_so() -> None:
     plan = plan_of(*running(cluster)[:1], [pending(gpu_job("p", 1), "nobody")], [],
                    queues(cluster, {"name": "a", "quota": {"gpus": 4}}))
     assert plan.waiting_for("p").reason is WaitReason.UNKNOWN_QUEUE  # type: ignore[union-attr]
+
+
+def test_a_pending_job_listed_twice_or_already_running_is_refused_by_name() -> None:
+    cluster = synthetic_cluster(8, 8)
+    qs = queues(cluster, {"name": "a", "quota": {"gpus": 8}})
+    snapshot, run = running(cluster, (gpu_job("r0", 1), "a", 0.0, 100.0, G))
+    twice = [pending(gpu_job("p0", 1), "a"), pending(gpu_job("p0", 1), "a", submit_s=1)]
+    with pytest.raises(ValueError, match="pending job 'p0' is listed twice or already allocated"):
+        plan_of(snapshot, twice, run, qs)
+    with pytest.raises(ValueError, match="pending job 'r0' is listed twice or already allocated"):
+        plan_of(snapshot, [pending(gpu_job("r0", 1), "a")], run, qs)
