@@ -376,9 +376,12 @@ def scheduled_command(
               "runs": results}
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "scheduled.json").write_text(json.dumps(report, indent=2) + "\n")
+    from training.replay.plots import scheduled_runs
+
+    scheduled_runs(report, folder / "scheduled.png")
     if as_json:
         typer.echo(json.dumps(report))
     else:
         console.print(report_of.runs_table(report))
         console.print(report_of.waits_table(report))
-    shown.print(f"scheduled.json: {folder}; queues: {queue_file}")
+    shown.print(f"scheduled.json, scheduled.png: {folder}; queues: {queue_file}")

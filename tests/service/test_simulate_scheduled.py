@@ -26,6 +26,7 @@ def test_ablation_json_is_complete_and_consistent_and_the_written_queues_replay_
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert json.loads((out / "scheduled.json").read_text()) == report
+    assert (out / "scheduled.png").read_bytes().startswith(b"\x89PNG")
     assert report["jobs"] == JOBS and report["cluster"] == "big-node-64" and report["queued_by"] == "user"
     assert report["told"] == {"jobs_with_p90": JOBS, "p90_coverage": 1.0}  # oracle: the real duration as P90
     runs = report["runs"]

@@ -17,11 +17,11 @@ from training.pipeline import plots
 from training.pipeline.drift import plot_drift
 from training.pipeline.promote import Decision
 from training.pipeline.retrain import plot_comparison
-from training.replay.plots import allocation_over_time, jct_by_runtime, jct_cdf
+from training.replay.plots import allocation_over_time, jct_by_runtime, jct_cdf, scheduled_runs
 
 UNIT_MARKS = ("(", ", s", ", h", "count", "fraction", "no unit")
 """How a unit shows in a label: in parentheses, after a comma, or said to be a count, a fraction or none."""
-CATEGORIES = ("target", "placement policy")
+CATEGORIES = ("target", "placement policy", "run", "queue (guaranteed GPUs)")
 """Axis labels of categories, which have no unit."""
 
 
@@ -62,6 +62,14 @@ def _replays() -> dict[str, SimResult]:
     return {"fifo/liquid": SimResult(records=[], samples=[(0.0, 2.0, 6.0, 0), (3600.0, 4.0, 4.0, 1)], total_gpus=8)}
 
 
+def _scheduled() -> dict[str, Any]:
+    run = {"wait_mean_s": 600.0, "jct_mean_s": 7200.0, "wait_mean_s_by_queue": {"a": 300.0, "shared": 900.0},
+           "preempted_gpu_h": 12.0, "idle_gpu_h_while_waiting": 40.0}
+    return {"jobs": 100, "load": 2.0, "cluster": "big-node-64", "gpus": 64, "estimate": "group-gpu",
+            "placement": "first-fit", "guaranteed_gpus": {"a": 16.0, "shared": 48.0},
+            "runs": {"full": run, "no-preemption": {**run, "preempted_gpu_h": 0.0}}}
+
+
 PLOTS: dict[str, Callable[[Path], Path]] = {
     "predicted_vs_actual": lambda p: plots.predicted_vs_actual({"lgbm": _prediction(50)}, np.linspace(1, 90, 50), p,
                                                                "s", "openb2023 duration"),
@@ -73,6 +81,7 @@ PLOTS: dict[str, Callable[[Path], Path]] = {
         "champion": {"duration.male": 0.5, "duration.p90_coverage": 0.85}}), p),
     "jct_cdf": lambda p: jct_cdf(_replays(), p, "100 jobs on pai"),
     "allocation": lambda p: allocation_over_time(_replays(), p, "100 jobs on pai"),
+    "scheduled": lambda p: scheduled_runs(_scheduled(), p),
     "jct_by_runtime": lambda p: jct_by_runtime({"liquid": {"trace": 3600.0, "measured": 4000.0}}, p, "JCT"),
 }
 

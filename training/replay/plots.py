@@ -4,6 +4,7 @@ was replayed (``subject``: trace, cluster, jobs) and with units on its axes."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -64,3 +65,52 @@ def jct_by_runtime(table: dict[str, dict[str, float]], path: Path, title: str) -
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
     return save_png(fig, path)
+
+
+def scheduled_runs(report: dict[str, Any], path: Path) -> Path:
+    """What each run of ``gpuplace simulate scheduled`` came to (``report``: its scheduled.json): mean wait and
+    mean JCT per run, mean wait per queue and run, and the GPU-hours preempted and idle while jobs waited."""
+    runs: dict[str, dict[str, Any]] = report["runs"]
+    names = list(runs)
+    queues = sorted({q for run in runs.values() for q in run["wait_mean_s_by_queue"]},
+                    key=lambda q: -report["guaranteed_gpus"].get(q, 0.0))
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4.8), gridspec_kw={"width_ratios": [1, 2.2, 1]})
+    x, width = np.arange(len(names)), 0.38
+    for k, (field, label) in enumerate((("wait_mean_s", "mean wait"), ("jct_mean_s", "mean JCT"))):
+        left.bar(x + (k - 0.5) * width, [(runs[n][field] or 0.0) / 3600.0 for n in names], width, label=label)
+    left.set_xticks(x, names, rotation=30, ha="right", fontsize=8)
+    left.set_xlabel("run")
+    left.set_ylabel("time, h")
+    left.set_title("waits and completion times", fontsize=10)
+    left.legend(fontsize=8)
+    step = 0.8 / max(len(names), 1)
+    for k, name in enumerate(names):
+        waits = runs[name]["wait_mean_s_by_queue"]
+        middle.bar(np.arange(len(queues)) + k * step, [waits.get(q, np.nan) / 3600.0 for q in queues], step,
+                   label=name)
+    middle.set_xticks(np.arange(len(queues)) + step * (len(names) - 1) / 2,
+                      [f"{_short(q)}\n({report['guaranteed_gpus'].get(q, 0.0):,.0f} GPUs)" for q in queues],
+                      fontsize=7, rotation=30, ha="right")
+    middle.set_xlabel("queue (guaranteed GPUs)")
+    middle.set_ylabel("mean wait, h")
+    middle.set_title("mean wait per queue", fontsize=10)
+    middle.legend(fontsize=7)
+    for k, (field, label) in enumerate((("preempted_gpu_h", "preempted (work redone)"),
+                                        ("idle_gpu_h_while_waiting", "idle while jobs waited"))):
+        right.bar(x + (k - 0.5) * width, [runs[n][field] for n in names], width, label=label)
+    right.set_xticks(x, names, rotation=30, ha="right", fontsize=8)
+    right.set_xlabel("run")
+    right.set_ylabel("GPU-hours, h")
+    right.set_title("GPU-hours lost", fontsize=10)
+    right.legend(fontsize=8)
+    for ax in (left, middle, right):
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(f"{report['jobs']:,} PAI jobs at load x{report['load']:g} on {report['cluster']} "
+                 f"({report['gpus']:,.0f} GPUs), {report['estimate']} estimates, {report['placement']} placement",
+                 fontsize=11)
+    return save_png(fig, path)
+
+
+def _short(name: str, most: int = 12) -> str:
+    """A queue name cut to ``most`` characters (PAI's user and group names are 32-character hashes)."""
+    return name if len(name) <= most else name[:most - 1] + "…"
