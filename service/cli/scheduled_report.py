@@ -63,7 +63,9 @@ def pai_trace(cluster_kind: str, gpus: int, limit: int, estimates: bool) -> Trac
     from training.replay.compare import cluster_for, pai_jobs
 
     cluster, constrain = cluster_for(cluster_kind, gpus)
-    jobs = pai_jobs(None, constrain, limit, None, estimates=estimates)
+    from service.workdir import home
+
+    jobs = pai_jobs(None, constrain, limit, None, estimates=estimates, cache=home() / "cache")
     table = get_source("pai2020-jobs").load()
     order = np.argsort(table["submit_time_s"].to_numpy(), kind="stable")
     ids = table["job_id"].astype(str).to_numpy()

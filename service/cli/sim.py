@@ -110,7 +110,8 @@ def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs
     if trace == "openb2023":
         replay = openb_jobs(limit, rate or None)
     else:
-        replay = pai_jobs(_champion_duration_model() if needs_model else None, constrain, limit, rate or None)
+        replay = pai_jobs(_champion_duration_model() if needs_model else None, constrain, limit, rate or None,
+                          cache=home() / "cache")
     replay = replay if sharing else without_sharing(replay)
     folder = out or home() / "simulations" / f"{trace}-{cluster.name}-{'rate' + str(rate) if rate else 'original'}"
     with progress(console, "replaying", total=len(replay) * len(runs)) as steps, unreachable_as_error(), \

@@ -25,7 +25,6 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
-from sklearn.ensemble import GradientBoostingRegressor
 
 from placement.model.speed import REFERENCE_SPEED_TYPE
 from training.performance.gpu_speed import GAVEL_STAND_IN
@@ -57,6 +56,8 @@ class SharePredictor:
         self.max_depth = max_depth
 
     def fit(self, shares: pd.DataFrame) -> SharePredictor:
+        from sklearn.ensemble import GradientBoostingRegressor  # on fitting: a replay imports this module
+
         self.model_ = GradientBoostingRegressor(n_estimators=self.n_estimators, max_depth=self.max_depth,
                                                 learning_rate=0.05, subsample=0.8, random_state=self.seed)
         self.model_.fit(shares[list(FEATURES)].to_numpy(float), shares["share"].to_numpy(float))

@@ -14,12 +14,11 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from models.calibrated import CalibratedEstimator
 from placement.batch.policies import BATCH_POLICIES
 from placement.model.cluster import Cluster, Machine, build_cluster
 from placement.model.cluster_io import load_cluster
@@ -35,6 +34,9 @@ from training.ingest.sources import get_source
 from training.performance.build import fit_speed_model
 from training.replay.runners import Runner
 from training.replay.trace_jobs import causal_estimates, sim_jobs
+
+if TYPE_CHECKING:  # the model family imports LightGBM and scikit-learn: only when a model is replayed
+    from models.calibrated import CalibratedEstimator
 
 RuntimeFactory = Callable[[Sequence[SimJob], Layout], Runtime]
 CPU_PER_GPU = 23.22
@@ -52,15 +54,17 @@ def cluster_for(kind: str, gpus: int = 6500) -> tuple[Cluster, bool]:
 
 
 def pai_jobs(model: CalibratedEstimator | None, constrain: bool, limit: int | None, arrivals_per_min: float | None,
-             holdout_share: float = 0.3, class_seed: int = 0, estimates: bool = True) -> list[SimJob]:
+             holdout_share: float = 0.3, class_seed: int = 0, estimates: bool = True,
+             cache: Path | None = None) -> list[SimJob]:
     """Later ``holdout_share`` of the shipped PAI job table (first ``limit`` of them), with estimates;
     ``class_seed`` seeds the workload-class rule. Without ``estimates`` the jobs carry none, and the causal
-    features they come from are not built (for queues that order by no estimate)."""
+    features they come from are not built (for queues that order by no estimate); ``cache``: where they are
+    kept from one run to the next (``training.features.cache``)."""
     table = get_source("pai2020-jobs").load()
     order = np.argsort(table["submit_time_s"].to_numpy(), kind="stable")
     chosen = order[int(len(order) * (1 - holdout_share)):]
     chosen = chosen[:limit] if limit else chosen
-    found = causal_estimates(table, "pai2020-jobs", model) if estimates else pd.DataFrame(index=table.index)
+    found = causal_estimates(table, "pai2020-jobs", model, cache) if estimates else pd.DataFrame(index=table.index)
     return sim_jobs(table.iloc[chosen], found.iloc[chosen], constrain, arrivals_per_min, class_seed)
 
 

@@ -16,9 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import product
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from models.calibrated import CalibratedEstimator
 from placement.batch.policies import BATCH_POLICIES
 from placement.model.cluster import Cluster
 from placement.model.speed import SpeedModel
@@ -28,6 +27,9 @@ from placement.sim.jobs import SimJob, without_sharing
 from training.performance.build import fit_speed_model
 from training.replay.compare import cluster_for, openb_jobs, pai_jobs, placement_config, replay, run_summary
 from training.replay.runners import InProcess, Runner
+
+if TYPE_CHECKING:  # the model family imports LightGBM and scikit-learn: only when a model is replayed
+    from models.calibrated import CalibratedEstimator
 
 TRACES = ("pai2020-jobs", "openb2023")
 

@@ -21,28 +21,33 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from models.calibrated import CalibratedEstimator
 from placement.model.demand import Job, Role, Task
 from placement.model.gpu_types import CPU_ONLY
 from placement.sim.jobs import SimJob
-from training.features.frames import build_features
+from training.features.cache import cached_features
 from training.features.rule import rolling_errors, scale_at
 from training.features.targets import target_spec
 from training.performance.workload_class import workload_class
+
+if TYPE_CHECKING:  # the model family imports LightGBM and scikit-learn: only when a model is replayed
+    from models.calibrated import CalibratedEstimator
 
 CONSTRAINED = {"T4": frozenset({"T4"}), "P100": frozenset({"P100"}), "V100": frozenset({"V100", "V100M32"})}
 CHAINS = {"user": ("user",), "group": ("group_user", "user"), "group-gpu": ("group_user_gpu", "group_user", "user")}
 
 
-def causal_estimates(table: pd.DataFrame, source: str, model: CalibratedEstimator | None) -> pd.DataFrame:
-    """Duration estimates per row of ``table`` (columns ``user``, ``group``, ``group-gpu``, ``model``...)."""
-    features, _ = build_features(table, target_spec(source, "duration"))
+def causal_estimates(table: pd.DataFrame, source: str, model: CalibratedEstimator | None,
+                     cache: Path | None = None) -> pd.DataFrame:
+    """Duration estimates per row of ``table`` (columns ``user``, ``group``, ``group-gpu``, ``model``...); the
+    causal features they come from kept in ``cache`` (``training.features.cache``) where given."""
+    features = cached_features(table, target_spec(source, "duration"), cache)
     out = pd.DataFrame(index=table.index)
     for name, chain in CHAINS.items():
         out[name] = _first_along(features, chain, "mean")
