@@ -33,7 +33,8 @@ class Runtime:
     def __post_init__(self) -> None:
         _, policy = self.policy(None)
         self.planner = Planner(policy, SchedulingSettings(
-            preemption=self.settings.preemption, prescheduling_horizon_s=self.settings.prescheduling_horizon_s))
+            preemption=self.settings.preemption, prescheduling_horizon_s=self.settings.prescheduling_horizon_s),
+            named=lambda name: self.policy(name)[1])
         self.cycle = Cycle(self.store, on_loop=None if self.settings.writer == "auto" else
                            self.settings.writer == "loop", decide=self.planner)
         self.keys = tuple(key.encode() for key in self.settings.accepted_keys())

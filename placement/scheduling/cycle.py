@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from placement.model.decision import Decision, Verdict
@@ -54,27 +54,30 @@ Turn = tuple[int, float, int, float, str]
 
 def schedule(snapshot: ClusterSnapshot, pending: Sequence[PendingJob], running: Sequence[RunningJob],
              queues: QueueSet, now: float, placement_policy: OnlinePolicy,
-             settings: SchedulingSettings | None = None) -> Plan:
+             settings: SchedulingSettings | None = None, policies: Mapping[str, OnlinePolicy] | None = None) -> Plan:
     """The plan for this moment: which pending jobs start now and where, whom to preempt, which places to
     reserve, and why every other pending job waits.
 
     ``running`` are the jobs the scheduler started, each holding its allocation in ``snapshot`` (other
     allocations are left alone, never preempted); ``placement_policy`` decides where a job goes
-    (``placement.online_policy(name)``; with ``explain=False`` a job that does not fit gets no reasons).
+    (``placement.online_policy(name)``; with ``explain=False`` a job that does not fit gets no reasons), but a
+    pending job that names a policy (``PendingJob.policy``) is placed by that one of ``policies``.
     ``ValueError`` for inconsistent input: a running job without an allocation, a pending job that is
-    allocated or listed twice.
+    allocated or listed twice, or that names a policy ``policies`` lacks.
     """
-    return plan_cycle(snapshot, pending, running, queues, now, placement_policy, settings)
+    return plan_cycle(snapshot, pending, running, queues, now, placement_policy, settings, policies=policies)
 
 
 def plan_cycle(snapshot: ClusterSnapshot, pending: Sequence[PendingJob], running: Sequence[RunningJob],
                queues: QueueSet, now: float, placement_policy: OnlinePolicy,
-               settings: SchedulingSettings | None = None, *, shortcuts: bool = True) -> Plan:
+               settings: SchedulingSettings | None = None, *, shortcuts: bool = True,
+               policies: Mapping[str, OnlinePolicy] | None = None) -> Plan:
     """:func:`schedule`; ``shortcuts=False`` decides every job from scratch (the module docstring)."""
     state = CycleState.begin(snapshot, running, queues, now, placement_policy, settings or SchedulingSettings(),
                              shortcuts)
     try:
         _check_pending(state.allocated, pending)
+        _name_policies(state, pending, policies or {})
         known: list[PendingJob] = []
         guaranteed: dict[str, list[PendingJob]] = {}
         opportunistic: list[PendingJob] = []
@@ -108,6 +111,18 @@ def _check_pending(allocated: dict[str, Allocation], pending: Sequence[PendingJo
         if job.job_id in seen or job.job_id in allocated:
             raise ValueError(f"pending job {job.job_id!r} is listed twice or already allocated")
         seen.add(job.job_id)
+
+
+def _name_policies(state: CycleState, pending: Sequence[PendingJob], policies: Mapping[str, OnlinePolicy]) -> None:
+    """Note which pending jobs name a policy of their own; ``ValueError`` naming a job whose policy is unknown."""
+    named = {j.job_id: j.policy for j in pending if j.policy is not None}
+    if not named:
+        return
+    missing = next(((job_id, name) for job_id, name in named.items() if name not in policies), None)
+    if missing is not None:
+        raise ValueError(f"pending job {missing[0]!r} names the placement policy {missing[1]!r}, which the cycle "
+                         f"was not given (given: {', '.join(sorted(policies)) or 'none'})")
+    state.policies, state.policy_of = policies, named
 
 
 def _guaranteed(state: CycleState, jobs: dict[str, list[PendingJob]]) -> list[PendingJob]:
@@ -254,7 +269,7 @@ def _reserve_or_wait(state: CycleState, pending: PendingJob, job: Job, decision:
 
 def _place(state: CycleState, job: Job, end_s: float) -> tuple[Decision, str | None]:
     """``place_around`` the reservations, remembering failures: an identical job fails the same way."""
-    key = (shape_key(job), state.working.generation, len(state.held))
+    key = (shape_key(job), state.policy_of.get(job.job_id), state.working.generation, len(state.held))
     failed = state.failed.get(key)
     if failed is not None:  # screened, the failure's job id is not read: kept as it is
         return (failed if state.screen is not None else replace(failed, job_id=job.job_id)), None

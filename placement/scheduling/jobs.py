@@ -66,6 +66,8 @@ class PendingJob(_JobNames):
     submit_s: float
     mode: JobMode = JobMode.GUARANTEED
     estimate: DurationEstimate = field(default_factory=DurationEstimate)
+    policy: str | None = None
+    """The online placement policy that places it, by name (``schedule``'s ``policies``); ``None``: the cycle's."""
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.submit_s):

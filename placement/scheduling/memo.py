@@ -44,7 +44,7 @@ class Facts:
     pending: PendingJob
     shape: int
     """The same number for jobs that any placement treats alike: the same tasks, priority, workload class
-    and sync curve (the job id and the estimates aside)."""
+    and sync curve, placed by the same policy (the job id and the estimates aside)."""
     demand: dict[str, float]
     """``demand_of(job)``: its GPUs, CPU cores and memory (callers never change it)."""
     cautious_s: float
@@ -70,16 +70,16 @@ def facts_of(pending: PendingJob) -> Facts:
         return found
     job = pending.job
     cautious = pending.estimate.cautious_s
-    found = Facts(pending, _shape_of(job), demand_of(job), math.inf if math.isnan(cautious) else cautious,
-                  (-job.priority, pending.submit_s, job.job_id), (pending.submit_s, job.job_id),
-                  pending.estimate.expected_s)
+    found = Facts(pending, _shape_of(job, pending.policy), demand_of(job),
+                  math.inf if math.isnan(cautious) else cautious, (-job.priority, pending.submit_s, job.job_id),
+                  (pending.submit_s, job.job_id), pending.estimate.expected_s)
     _facts[job.job_id] = found
     return found
 
 
-def _shape_of(job: Job) -> int:
+def _shape_of(job: Job, policy: str | None) -> int:
     global _shape_count
-    key = (job.tasks, job.priority, job.workload_class, job.sync_curve)
+    key = (job.tasks, job.priority, job.workload_class, job.sync_curve, policy)
     found = _shapes.get(key)
     if found is None:
         if len(_shapes) >= _MOST_SHAPES:

@@ -29,13 +29,13 @@ def place_opportunistic(state: CycleState, jobs: list[PendingJob]) -> None:
     """Place opportunistic jobs on what is left, round robin over queues (each in its order)."""
     lines = [deque(queue_order(state.queues[name].order)([j for j in jobs if j.queue == name]))
              for name in sorted({j.queue for j in jobs})]
-    failed: dict[tuple[tuple[str, ...], int], Decision] = {}
+    failed: dict[tuple[tuple[str, ...], str | None, int], Decision] = {}
     while lines:
         for line in list(lines):
             job = line.popleft()
             if not line:
                 lines.remove(line)
-            key = (shape_key(job.job), state.working.generation)
+            key = (shape_key(job.job), job.policy, state.working.generation)
             decision = failed.get(key) if state.screen is not None else None
             if decision is None:
                 decision = state.decide(state.working, job.job, WORKING)

@@ -187,10 +187,10 @@ class Screen:
         self.layout, self.policy = layout, policy
         self.memory_everywhere = not len(layout.gpu_mem_cap) or int(layout.gpu_mem_cap.min()) > 0
         """Every GPU has memory: then a GPU share fits where the filters say (they also want memory)."""
-        self.terse: bool | None = None
-        """Whether the policy answers a failure without reasons (``None`` until one failure was asked)."""
-        self._failure: Decision | None = None
-        """The made-up answer for a policy that explains nothing (shared: thousands fail each cycle)."""
+        self.terse: dict[OnlinePolicy, bool] = {}
+        """Per policy asked, whether it answers a failure without reasons (absent until one failure was asked)."""
+        self._failure: dict[OnlinePolicy, Decision] = {}
+        """Per terse policy, the made-up answer (shared: thousands fail each cycle)."""
         with _kept_lock:  # a caller at a time: the indexes change as they are asked
             found = next((k for k, (kept, _) in enumerate(_kept) if kept is layout), None)
             self.streams = _kept.pop(found)[1] if found is not None else {}
@@ -215,14 +215,17 @@ class Screen:
         index = self.stream(key)
         return not all(index.holds(snapshot, need, count) for need, count in needs_of(job))
 
-    def unplaced(self, snapshot: ClusterSnapshot, job: Job) -> Decision:
-        """The policy's answer for ``job``, which fits nowhere on ``snapshot``: made up where the policy is
-        known to explain nothing, else asked (the first failure of a cycle tells which it is)."""
-        if self._failure is not None:
-            return self._failure
-        decision = self.policy(snapshot, job)
-        if self.terse is None and decision.allocation is None:
-            self.terse = not decision.reasons and not decision.score and decision.verdict is Verdict.UNSCHEDULABLE_NOW
-            if self.terse:  # one answer for every later failure: where a failure is used, its id is not read
-                self._failure = Decision("", decision.policy, Verdict.UNSCHEDULABLE_NOW, -1, score=NO_SCORE)
+    def unplaced(self, snapshot: ClusterSnapshot, job: Job, policy: OnlinePolicy | None = None) -> Decision:
+        """``policy``'s answer (default the cycle's) for ``job``, which fits nowhere on ``snapshot``: made up where
+        the policy is known to explain nothing, else asked (its first failure of a cycle tells which it is)."""
+        policy = self.policy if policy is None else policy
+        failure = self._failure.get(policy)
+        if failure is not None:
+            return failure
+        decision = policy(snapshot, job)
+        if policy not in self.terse and decision.allocation is None:
+            terse = self.terse[policy] = (not decision.reasons and not decision.score
+                                          and decision.verdict is Verdict.UNSCHEDULABLE_NOW)
+            if terse:  # one answer for every later failure: where a failure is used, its id is not read
+                self._failure[policy] = Decision("", decision.policy, Verdict.UNSCHEDULABLE_NOW, -1, score=NO_SCORE)
         return decision

@@ -11,7 +11,7 @@ decisions remembered at one version hold while it stays.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from heapq import heappush
 from types import MappingProxyType
@@ -93,6 +93,10 @@ class CycleState:
     """The running opportunistic jobs, as given."""
     admissions: dict[tuple[int, str, int], Admission] = field(default_factory=dict)
     """What the book said of a queue and job shape, by the book's version."""
+    policies: Mapping[str, OnlinePolicy] = field(default_factory=dict)
+    """The placement policies pending jobs name, by name (``PendingJob.policy``)."""
+    policy_of: dict[str, str] = field(default_factory=dict)
+    """The policy each pending job that names one is placed by (the others: ``place``)."""
     allocated: dict[str, Allocation] = field(default_factory=dict)
     """The snapshot's allocations by job id, as the cycle began, in a plain dict (the persistent map's
     iteration and lookups run in Python: a cycle checks thousands of jobs against it)."""
@@ -111,11 +115,14 @@ class CycleState:
         self.cache.clear()
 
     def decide(self, snapshot: ClusterSnapshot, job: Job, stream: Hashable) -> Decision:
-        """``place(snapshot, job)``; with ``screen``, not asked where the machines lack room for the job
-        (``stream`` names the succession of snapshots ``snapshot`` belongs to, see ``placement.scheduling.screen``)."""
+        """The job's policy (``place``, or the one it names) on ``snapshot``; with ``screen``, not asked where the
+        machines lack room for the job (``stream`` names the succession of snapshots ``snapshot`` belongs to,
+        see ``placement.scheduling.screen``)."""
+        name = self.policy_of.get(job.job_id) if self.policy_of else None
+        place = self.place if name is None else self.policies[name]
         if self.screen is not None and self.screen.fits_nowhere(stream, snapshot, job):
-            return self.screen.unplaced(snapshot, job)
-        return self.place(snapshot, job)
+            return self.screen.unplaced(snapshot, job, place)
+        return place(snapshot, job)
 
     @staticmethod
     def begin(snapshot: ClusterSnapshot, running: Sequence[RunningJob], queues: QueueSet, now: float,

@@ -180,7 +180,8 @@ async def get_job(job_id: JobId, rt: ReadRuntime) -> JobOut:
         "details": row.details, "placed_generation": row.placed_generation, "placed_at": row.placed_at,
         "ended_at": row.ended_at,
         "completion": None if row.completion is None else CompletionOut.model_validate(row.completion),
-        "queue": row.queue, "priority": row.priority, "mode": row.mode, "submitted_at": row.submitted_at})
+        "queue": row.queue, "priority": row.priority, "mode": row.mode, "submitted_at": row.submitted_at,
+        "requested_policy": row.requested_policy})
 
 
 @router.post("/jobs/{job_id}/release", responses=linked("get_job", "complete_job", job_id=JOB_ID))

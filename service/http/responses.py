@@ -164,6 +164,8 @@ class JobOut(_Answer):
     priority: int | None = None
     mode: Literal["guaranteed", "opportunistic"] | None = None
     submitted_at: float | None = Field(None, description="when it was submitted (Unix time, s)")
+    requested_policy: str | None = Field(None, description="the online policy it was submitted to be placed by; "
+                                                           "null: the service's (``policy`` is the one that placed it)")
 
 
 class SubmittedOut(_Answer):

@@ -249,9 +249,11 @@ class BatchIn(BaseModel):
 
 
 class SubmitIn(JobIn):
-    """A job for the queue: the body of ``/v1/place`` (without ``dry_run`` and ``policy``: the scheduler
-    places every job with the service's policy), plus where it waits and how it runs."""
+    """A job for the queue: the body of ``/v1/place`` (without ``dry_run``: a queued job is stored), plus where
+    it waits and how it runs."""
 
+    policy: OnlinePolicyName | None = Field(None, description="the online policy that places it when the "
+                                                              "scheduler starts it; default the service's")
     queue: Name = Field("default", description="the queue it waits in (PUT /v1/queues); 'default' until "
                                                "queues are configured")
     priority: int = Field(0, ge=-1_000_000, le=1_000_000, strict=True,

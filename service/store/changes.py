@@ -252,7 +252,7 @@ class Changes:
             return Refused(Reason.EXISTS, f"job {job_id!r} already exists (job ids are never reused)")
         state.bump()
         self.rows.inserts.append(pending_row(op.job, op.queue, op.mode.value, op.p50_s, op.p90_s, op.details,
-                                             state.generation, self.rows.now))
+                                             state.generation, self.rows.now, op.policy))
         self._event(job_id, PENDING, f"submitted to queue {op.queue!r}")
         self.known.add(job_id)
         self.pending.add(job_id)

@@ -46,6 +46,7 @@ class JobRow:
     priority: int | None = None
     mode: str | None = None
     submitted_at: float | None = None
+    requested_policy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,8 @@ class EventRow:
     at: float
 
 
-_NOT_QUEUED = {"queue": None, "priority": None, "mode": None, "submitted_at": None, "p50_s": None, "p90_s": None}
+_NOT_QUEUED = {"queue": None, "priority": None, "mode": None, "submitted_at": None, "p50_s": None, "p90_s": None,
+               "requested_policy": None}
 
 
 def dumps(value: Json) -> str:
@@ -81,13 +83,15 @@ def placed_row(cluster: Cluster, decision: Decision, job: Job, details: Json | N
 
 
 def pending_row(job: Job, queue: str, mode: str, p50_s: float, p90_s: float, details: Json | None,
-                generation: int, now: float) -> dict[str, Any]:
+                generation: int, now: float, policy: str | None = None) -> dict[str, Any]:
     """The ``jobs`` row of a job submitted to ``queue`` at ``generation``: pending, holding nothing
-    (allocation JSON ``null``); ``placed_*`` say when it was stored until it is placed."""
+    (allocation JSON ``null``); ``placed_*`` say when it was stored until it is placed; ``policy``: the
+    placement policy it asked for (``requested_policy``; ``None``: the service's)."""
     return {"job_id": job.job_id, "state": PENDING, "demand": dumps(job_to_json(job)), "allocation": "null",
             "policy": "", "details": dumps(details or {}), "placed_generation": generation, "placed_at": now,
             "ended_at": None, "ended_generation": None, "queue": queue, "priority": job.priority, "mode": mode,
-            "submitted_at": now, "p50_s": None if p50_s != p50_s else p50_s, "p90_s": None if p90_s != p90_s else p90_s}
+            "submitted_at": now, "p50_s": None if p50_s != p50_s else p50_s, "p90_s": None if p90_s != p90_s else p90_s,
+            "requested_policy": policy}
 
 
 def event_row(job_id: str, generation: int, state: str, reason: str, now: float) -> dict[str, Any]:
@@ -110,7 +114,7 @@ def job_row(r: Any) -> JobRow:
         "duration_s": float(r.duration_s), "usage": json.loads(r.usage), "completed_at": float(r.completed_at)}
     return JobRow(r.job_id, r.state, json.loads(r.demand), json.loads(r.allocation), r.policy, json.loads(r.details),
                   int(r.placed_generation), float(r.placed_at), r.ended_at, completion, r.queue, r.priority, r.mode,
-                  r.submitted_at)
+                  r.submitted_at, r.requested_policy)
 
 
 def job_of(demand: str) -> Job:

@@ -64,7 +64,7 @@ class MemoryStore:
 
     def _queue_state(self) -> QueueState:
         rows = [(r["job_id"], r["state"], r["demand"], r["queue"], r["priority"], r["mode"], r["submitted_at"],
-                 r["placed_at"], r["p50_s"], r["p90_s"]) for r in self._jobs.values()
+                 r["placed_at"], r["p50_s"], r["p90_s"], r.get("requested_policy")) for r in self._jobs.values()
                 if r["state"] == PENDING or (r["state"] == RUNNING and r["queue"] is not None)]
         return QueueState.of(rows, self._queues)
 

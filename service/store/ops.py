@@ -77,6 +77,8 @@ class Submit:
     p50_s: float = math.nan
     p90_s: float = math.nan
     details: Json | None = None
+    policy: str | None = None
+    """The online placement policy that places it, by name (``None``: the service's)."""
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from placement import (
     QueueSet,
     RunningJob,
     SchedulingSettings,
+    online_policy,
     queues_from_dict,
     schedule,
 )
@@ -39,8 +40,8 @@ from service.store.schema import PENDING
 log = logging.getLogger(__name__)
 
 QueueRow = tuple[Any, ...]
-"""``job_id, state, demand, queue, priority, mode, submitted_at, placed_at, p50_s, p90_s`` of a pending job
-or of a running job that was submitted to a queue."""
+"""``job_id, state, demand, queue, priority, mode, submitted_at, placed_at, p50_s, p90_s, requested_policy`` of
+a pending job or of a running job that was submitted to a queue."""
 DEFAULT_QUEUES: Json = {"queues": [{"name": "default", "quota": {}}]}
 """Until a configuration is set: one queue, ``default``, in first-come order, limited by nothing but the
 cluster."""
@@ -84,12 +85,12 @@ class _RowJobs:
 
 
 def _from_row(row: QueueRow) -> PendingJob | RunningJob:
-    job_id, state, demand, queue, priority, mode, submitted_at, placed_at, p50_s, p90_s = row
+    job_id, state, demand, queue, priority, mode, submitted_at, placed_at, p50_s, p90_s, policy = row
     job = _job(demand, int(priority or 0))
     assert job.job_id == job_id, f"job row {job_id!r} holds the demand of {job.job_id!r}"
     estimate = _estimate(p50_s, p90_s)
     if state == PENDING:
-        return PendingJob(job, queue, float(submitted_at), JobMode(mode), estimate)
+        return PendingJob(job, queue, float(submitted_at), JobMode(mode), estimate, policy or None)
     return RunningJob(job, queue, float(placed_at), JobMode(mode), estimate)
 
 
@@ -137,14 +138,16 @@ users and a metrics scraper each ask every few seconds."""
 
 class Planner:
     """The service's scheduling decider (a :data:`~service.store.ops.Decide`): ``placement.schedule`` on
-    the state and the stored queues, with ``policy`` placing each job, at ``clock()``.
+    the state and the stored queues, with ``policy`` placing each job but those that name one of their own
+(``named(name)``: the policy of that name; default ``placement.online_policy``), at ``clock()``.
 
     Readers share its plans (:meth:`latest`, :meth:`usage`): the last one decided on the same generation of
     the state, at most ``READ_PLAN_S`` old, whoever asked for it (a scheduling pass, or another reader)."""
 
     def __init__(self, policy: OnlinePolicy, settings: SchedulingSettings | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, named: Callable[[str], OnlinePolicy] | None = None) -> None:
         self.policy, self.settings, self.clock = policy, settings or SchedulingSettings(), clock
+        self._named: Callable[[str], OnlinePolicy] = named or online_policy
         self._checked: tuple[str | None, Cluster, QueueSet] | None = None
         self._plan: tuple[int, str | None, Plan] | None = None
         self._usage: tuple[int, str | None, float, Mapping[str, Mapping[str, float]]] | None = None
@@ -175,6 +178,19 @@ class Planner:
         self._usage = (snapshot.generation, state.spec, now, usage)
         return usage
 
+    def _policies(self, pending: Iterable[PendingJob]) -> dict[str, OnlinePolicy]:
+        """The policies the pending jobs name. A name no longer known (a policy of an earlier version, read back
+        from the database) is placed by the service's policy, and said in the log."""
+        found: dict[str, OnlinePolicy] = {}
+        for name in {j.policy for j in pending if j.policy is not None}:
+            try:
+                found[name] = self._named(name)
+            except KeyError:
+                log.warning("a queued job names an unknown placement policy: the service's places it",
+                            extra={"policy": name})
+                found[name] = self.policy
+        return found
+
     def latest(self, snapshot: ClusterSnapshot, state: QueueState) -> Plan:
         """A plan for ``snapshot`` and ``state``, to read: the last one decided on the same generation and queue
         configuration if it is at most ``READ_PLAN_S`` old, else a new one."""
@@ -187,6 +203,6 @@ class Planner:
     def __call__(self, snapshot: ClusterSnapshot, state: QueueState) -> Plan:
         state = state.on(snapshot)
         plan = schedule(snapshot, state.pending, state.running, self.queues(state.spec, snapshot.cluster),
-                        self.clock(), self.policy, self.settings)
+                        self.clock(), self.policy, self.settings, self._policies(state.pending))
         self._plan = (snapshot.generation, state.spec, plan)  # one assignment: a reader sees a whole entry
         return plan

@@ -65,6 +65,7 @@ jobs = sa.Table(
     sa.Column("submitted_at", sa.Float),
     sa.Column("p50_s", sa.Float),
     sa.Column("p90_s", sa.Float),
+    sa.Column("requested_policy", sa.String(32)),
 )
 queue_spec = sa.Table(
     "queue_spec", metadata,

@@ -55,7 +55,8 @@ from service.store.sqlite import WalCheckpoints, WritersQueue, sqlite_engine, sq
 _GENERATIONS = sa.select(cluster_state.c.generation, cluster_state.c.cluster_generation,
                          cluster_state.c.pending).where(cluster_state.c.id == 1)
 _QUEUED = sa.select(jobs.c.job_id, jobs.c.state, jobs.c.demand, jobs.c.queue, jobs.c.priority, jobs.c.mode,
-                    jobs.c.submitted_at, jobs.c.placed_at, jobs.c.p50_s, jobs.c.p90_s).where(sa.or_(
+                    jobs.c.submitted_at, jobs.c.placed_at, jobs.c.p50_s, jobs.c.p90_s, jobs.c.requested_policy
+                    ).where(sa.or_(
                         jobs.c.state == PENDING, sa.and_(jobs.c.state == RUNNING, jobs.c.queue.is_not(None))))
 _EVENT_COLUMNS = ("job_id", "generation", "state", "reason", "at")
 _WITH_COMPLETION = sa.select(jobs, completions.c.duration_s, completions.c.usage, completions.c.completed_at) \

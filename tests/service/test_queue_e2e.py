@@ -103,6 +103,11 @@ def test_only_a_pending_job_can_be_cancelled(api: httpx.Client) -> None:
     assert submitted(api, job("cx-big", 8)) == "running"
     assert submitted(api, job("cx-wait", 2)) == "pending"
     assert api.post("/v1/jobs", json=job("cx-x", 1, queue="nowhere")).status_code == 422
+    unknown = api.post("/v1/jobs", json=job("cx-p", 1, policy="nowhere"))
+    assert unknown.status_code == 422 and "unknown placement policy 'nowhere'" in unknown.text
+    assert submitted(api, job("cx-own", 1, policy="balance")) == "pending"  # waits behind cx-wait: fifo
+    own = api.get("/v1/jobs/cx-own").json()
+    assert own["requested_policy"] == "balance" and own["policy"] == ""
     assert api.delete("/v1/jobs/cx-wait", headers={"X-API-Key": ""}).status_code == 401
     cancelled = api.delete("/v1/jobs/cx-wait")
     assert cancelled.status_code == 200 and cancelled.json() == {"job_id": "cx-wait", "state": "cancelled"}

@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
 from placement.model.demand import Job
+from placement.online.policies import online_policy
 from placement.scheduling.jobs import JobMode
 from service.cycle import Cycle, run_cycle, schedule_pass
 from service.store import (
@@ -111,6 +113,27 @@ def test_readers_share_a_plan_while_the_state_and_its_age_allow() -> None:
     snapshot, queued = store.queued()
     assert planner.latest(snapshot, queued) is not again  # the state moved on
     assert "r3" in {w.job_id for w in planner.latest(snapshot, queued).waiting}
+
+
+def test_a_job_that_names_a_policy_is_placed_by_it_and_keeps_asking_for_it(any_store: Store) -> None:
+    """``Submit`` with a policy: the pass places the job by that policy (machines a, b: 4 T4 each; c: 8 V100),
+    and a job preempted back to pending is placed by it again."""
+    store = any_store
+    first_fit = Planner(online_policy("first-fit"))
+    run_cycle(store, [Submit(job("fill", gpu=1.0), "default", JobMode.GUARANTEED, 100.0, 200.0),
+                      Submit(job("spread", gpu=1.0), "default", JobMode.GUARANTEED, 100.0, 200.0,
+                             policy="balance")])
+    assert {j.job_id: j.policy for j in store.queued()[1].pending} == {"fill": None, "spread": "balance"}
+    assert schedule_pass(store, first_fit).started == ("fill", "spread")
+    rows = {i: store.job(i) for i in ("fill", "spread")}
+    assert {i: (r.policy, r.allocation["instances"][0]["machine"]) for i, r in rows.items() if r is not None} == {
+        "fill": ("first-fit", "a"), "spread": ("balance", "b")}  # balance: not a, which "fill" took first
+    urgent = [Submit(replace(job(f"u{k}", gpu=4.0), priority=5), "default", JobMode.GUARANTEED, 100.0, 200.0)
+              for k in range(4)]
+    run_cycle(store, urgent)  # 16 GPUs asked by a higher priority: every running job gives way
+    started = schedule_pass(store, first_fit)
+    assert set(started.preempted) == {"fill", "spread"}
+    assert {j.job_id: j.policy for j in store.queued()[1].pending} == {"fill": None, "spread": "balance"}
 
 
 def test_cancel_takes_only_a_pending_job(any_store: Store) -> None:
