@@ -205,7 +205,10 @@ class Crowd:
             while time.monotonic() < stop:
                 url, other = self.urls[n % 2], self.urls[(n + 1) % 2]
                 job_id = f"crowd-{k}-{n}"
-                answer = http.post(f"{url}/v1/jobs", json=job(job_id, rng.choice([1, 2, 4])))
+                body = job(job_id, rng.choice([1, 2, 4]))
+                if (policy := rng.choice([None, "first-fit", "balance", "pack"])) is not None:
+                    body["policy"] = policy  # a job's own policy, when it starts whichever process starts it
+                answer = http.post(f"{url}/v1/jobs", json=body)
                 assert answer.status_code == 202, answer.text
                 with self._lock:
                     self.acked[job_id] = answer.json()["state"]
@@ -241,7 +244,18 @@ def test_two_processes_on_postgresql_never_double_start_or_over_allocate(tmp_pat
         for server in servers:
             server.stop()
     check_history(postgres_url, crowd.acked, crowd.cancelled)
+    check_policies(postgres_url)
     assert drained
+
+
+def check_policies(url: str) -> None:
+    """Every started job that asked for a policy was placed by it, and some did."""
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT job_id, requested_policy, policy FROM jobs "
+                                    "WHERE requested_policy IS NOT NULL AND policy != ''")).all()
+    engine.dispose()
+    assert rows and all(asked == placed_by for _, asked, placed_by in rows), [r for r in rows if r[1] != r[2]][:3]
 
 
 def drain(urls: list[str], timeout_s: float = 60.0) -> bool:
