@@ -139,7 +139,7 @@ users and a metrics scraper each ask every few seconds."""
 class Planner:
     """The service's scheduling decider (a :data:`~service.store.ops.Decide`): ``placement.schedule`` on
     the state and the stored queues, with ``policy`` placing each job but those that name one of their own
-(``named(name)``: the policy of that name; default ``placement.online_policy``), at ``clock()``.
+    (``named(name)``: the policy of that name; default ``placement.online_policy``), at ``clock()``.
 
     Readers share its plans (:meth:`latest`, :meth:`usage`): the last one decided on the same generation of
     the state, at most ``READ_PLAN_S`` old, whoever asked for it (a scheduling pass, or another reader)."""
