@@ -78,7 +78,7 @@ def place_around(state: CycleState, snapshot: ClusterSnapshot, job: Job, end_s: 
         return state.decide(snapshot, job, streams[0]), None
     if state.screen is not None and state.screen.fits_nowhere(streams[0], snapshot, job):
         # nor fenced, with less room: the answer is the one on the snapshot, as below once both failed
-        return state.screen.unplaced(snapshot, job), None
+        return state.screen.unplaced(snapshot, job, state.policy_for(job)), None
     around = state.decide(fenced_by_reservations(state, snapshot), job, streams[1])
     if around.placed:
         return around, None

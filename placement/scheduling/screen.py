@@ -181,10 +181,10 @@ _kept_lock = threading.Lock()
 
 
 class Screen:
-    """One cycle's view of the indexes, and what it learnt of its policy: whether it explains failures."""
+    """One cycle's view of the indexes, and what it learnt of each policy it asked: whether it explains failures."""
 
-    def __init__(self, layout: Layout, policy: OnlinePolicy) -> None:
-        self.layout, self.policy = layout, policy
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
         self.memory_everywhere = not len(layout.gpu_mem_cap) or int(layout.gpu_mem_cap.min()) > 0
         """Every GPU has memory: then a GPU share fits where the filters say (they also want memory)."""
         self.terse: dict[OnlinePolicy, bool] = {}
@@ -215,10 +215,9 @@ class Screen:
         index = self.stream(key)
         return not all(index.holds(snapshot, need, count) for need, count in needs_of(job))
 
-    def unplaced(self, snapshot: ClusterSnapshot, job: Job, policy: OnlinePolicy | None = None) -> Decision:
-        """``policy``'s answer (default the cycle's) for ``job``, which fits nowhere on ``snapshot``: made up where
-        the policy is known to explain nothing, else asked (its first failure of a cycle tells which it is)."""
-        policy = self.policy if policy is None else policy
+    def unplaced(self, snapshot: ClusterSnapshot, job: Job, policy: OnlinePolicy) -> Decision:
+        """``policy``'s answer for ``job``, which fits nowhere on ``snapshot``: made up where the policy is known
+        to explain nothing, else asked (its first failure of a cycle tells which it is)."""
         failure = self._failure.get(policy)
         if failure is not None:
             return failure

@@ -118,11 +118,15 @@ class CycleState:
         """The job's policy (``place``, or the one it names) on ``snapshot``; with ``screen``, not asked where the
         machines lack room for the job (``stream`` names the succession of snapshots ``snapshot`` belongs to,
         see ``placement.scheduling.screen``)."""
-        name = self.policy_of.get(job.job_id) if self.policy_of else None
-        place = self.place if name is None else self.policies[name]
+        place = self.policy_for(job)
         if self.screen is not None and self.screen.fits_nowhere(stream, snapshot, job):
             return self.screen.unplaced(snapshot, job, place)
         return place(snapshot, job)
+
+    def policy_for(self, job: Job) -> OnlinePolicy:
+        """The policy that places ``job``: the one its pending job names, else the cycle's."""
+        name = self.policy_of.get(job.job_id) if self.policy_of else None
+        return self.place if name is None else self.policies[name]
 
     @staticmethod
     def begin(snapshot: ClusterSnapshot, running: Sequence[RunningJob], queues: QueueSet, now: float,
@@ -157,7 +161,7 @@ class CycleState:
                         used[key] = used.get(key, 0.0) + amount
                     counted.add(job_id)
                     groups.setdefault(queue, []).append(job)
-        screen = Screen(snapshot.layout, place) if shortcuts else None
+        screen = Screen(snapshot.layout) if shortcuts else None
         return CycleState(snapshot.generation, now, queues, place, settings, snapshot, book, by_id, counted, ends,
                           screen=screen, opportunistic=opportunistic, victim_groups=groups, allocated=allocations)
 

@@ -42,3 +42,17 @@ def test_a_job_that_names_a_policy_the_cycle_lacks_is_refused_by_name() -> None:
         schedule(snapshot, [job], run, qs, 0.0, FIRST_FIT, policies=POLICIES)
     with pytest.raises(ValueError, match="given: none"):
         schedule(snapshot, [job], run, qs, 0.0, FIRST_FIT)
+
+
+def test_a_job_that_fits_nowhere_is_answered_by_its_own_policy_beside_a_reservation() -> None:
+    cluster = synthetic_cluster(8, 8)
+    qs = queues(cluster, {"name": "a", "quota": {"gpus": 16}})
+    snapshot, run = running(cluster, *((gpu_job(f"r{k}", 8), "elsewhere", 0.0, 3600.0, G) for k in range(2)))
+    terse, explaining = online_policy("first-fit", explain=False), online_policy("balance")
+    jobs = [pending(gpu_job("head", 4), "a", submit_s=1),  # waits, and holds the queue's reservation
+            replace(pending(gpu_job("own", 2), "a", submit_s=2), policy="balance")]
+    plan = schedule(snapshot, jobs, run, qs, 10.0, terse, SchedulingSettings(prescheduling_horizon_s=0.0),
+                    policies={"balance": explaining})
+    assert [r.job_id for r in plan.reservations] == ["head"]
+    own = plan.waiting_for("own")
+    assert own is not None and own.details  # balance explains why it fits nowhere; first fit, the cycle's, would not
