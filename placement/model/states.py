@@ -59,9 +59,9 @@ class StateIds:
         machine); a state not met yet gets a new id."""
         if len(machines) == 0:  # an allocation with no instance changes no machine
             return np.zeros(0, dtype=np.int64)
-        if len(machines) <= FEW_MACHINES and int(self.layout.gpu_count[machines].max()) <= FEW_GPUS:
-            return self._of_few(gpu_milli, gpu_mem, cpu, machines)
         counts = self.layout.gpu_count[machines]
+        if len(machines) <= FEW_MACHINES and int(counts.max()) <= FEW_GPUS:
+            return self._of_few(gpu_milli, gpu_mem, cpu, machines)
         large = counts > FEW_GPUS
         sums = np.zeros((len(machines), 2), dtype=np.uint64)
         groups = [np.arange(len(machines))] if not large.any() else \

@@ -59,12 +59,11 @@ def pai_trace(cluster_kind: str, gpus: int, limit: int, estimates: bool) -> Trac
     commands replay), on the cluster called ``cluster_kind``."""
     import numpy as np
 
+    from service.workdir import home
     from training.ingest.sources import get_source
     from training.replay.compare import cluster_for, pai_jobs
 
     cluster, constrain = cluster_for(cluster_kind, gpus)
-    from service.workdir import home
-
     jobs = pai_jobs(None, constrain, limit, None, estimates=estimates, cache=home() / "cache")
     table = get_source("pai2020-jobs").load()
     order = np.argsort(table["submit_time_s"].to_numpy(), kind="stable")

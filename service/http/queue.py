@@ -70,7 +70,6 @@ async def submit_job(body: SubmitIn, rt: WriteRuntime) -> SubmittedOut:
     it at once (``running``); otherwise it waits (``pending``) until a pass starts it, as jobs end, are
     cancelled or queues change (``GET /v1/jobs/{id}/events``)."""
     await _known_queue(rt, body.queue)
-    policy = rt.policy(body.policy)[0] if body.policy is not None else None  # a name the schema checked
     records = body.records()
     estimate = await estimate_async(rt, body, records)
     est = estimate_json(estimate)
@@ -78,7 +77,7 @@ async def submit_job(body: SubmitIn, rt: WriteRuntime) -> SubmittedOut:
     duration = estimate.duration_s
     p50, p90 = (duration.p50, duration.p90) if duration is not None else (math.nan, math.nan)
     details = {"estimate": est, "model_version": estimate.model_version, "records": records}
-    match await rt.cycle.run(Submit(job, body.queue, JobMode(body.mode), p50, p90, details, policy)):
+    match await rt.cycle.run(Submit(job, body.queue, JobMode(body.mode), p50, p90, details, body.policy)):
         case Submitted(state=state):
             pass
         case Refused(detail=detail):
