@@ -14,6 +14,11 @@ order) that could fit the free capacity go to a batch policy (``gga``, ``cpsat``
 A time-limited solver is reproducible only when it stops before its limit (stall, bound, optimum);
 the result counts each window's stop reason.
 
+With ``fluid``, the cluster is one pool of GPU, CPU and memory capacity: a job starts when the free
+totals cover its totals, wherever its instances would go, and no GPU is ever fragmented (the single big
+node of the PAI trace's own simulator, which pools shares of GPUs into one count). Placement is not
+consulted; jobs run for their trace durations.
+
 Time-weighted series are kept for the metrics (``placement.sim.metrics``): allocated GPUs, and free
 GPUs while at least one job waits (free but unusable capacity: fragmentation).
 """
@@ -139,15 +144,25 @@ class _State:
     user_gpu: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     user_cpu: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     fits_empty: dict[tuple[str, ...], tuple[str, ...] | None] = field(default_factory=dict)
+    fluid: bool = False
+    """One pool of capacity, no placement (see the module's notes)."""
+    totals: np.ndarray = field(default_factory=lambda: np.zeros((3, 0), dtype=np.int64))
+    """Per job (columns), its GPU milli, CPU milli and memory MiB: the free-totals check of a whole queue at once."""
+    is_waiting: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
 
 def simulate(cluster: Cluster, jobs: Sequence[SimJob], policy: str, queue: QueuePolicy,
              config: PlacementConfig | None = None, progress: Callable[[int], None] | None = None,
              batch: BatchWindow | None = None,
-             runtime: Callable[[Sequence[SimJob], Layout], Runtime] | None = None) -> SimResult:
+             runtime: Callable[[Sequence[SimJob], Layout], Runtime] | None = None,
+             fluid: bool = False) -> SimResult:
     """Replay ``jobs`` on ``cluster`` with online placement ``policy`` and the order of ``queue``
     (with ``batch``, placement by a batch policy at window ends instead). ``runtime`` makes the
-    runtime that says how long a started job runs (default: its trace duration)."""
+    runtime that says how long a started job runs (default: its trace duration). ``fluid``: the
+    cluster's capacity as one pool, no placement (module notes); it takes neither a batch window nor a
+    runtime, which both need placements."""
+    if fluid and (batch is not None or runtime is not None):
+        raise ValueError("a fluid cluster places nothing: it takes neither a batch window nor a runtime")
     place = online_policy(policy, config, explain=False)
     explained = online_policy(policy, config)
     records = [JobRecord(j.job_id, j.user, j.submit_s, j.duration_s, j.job.gpus) for j in jobs]
@@ -156,7 +171,10 @@ def simulate(cluster: Cluster, jobs: Sequence[SimJob], policy: str, queue: Queue
     layout = empty.layout
     runs = runtime(jobs, layout) if runtime is not None else TraceRuntime(jobs)
     state = _State(empty, queue.new_queue(), [len(layout.gpu_machine) * MILLI, int(layout.cpu_cap.sum()),
-                                              int(layout.mem_cap.sum())], runs, [0] * len(jobs))
+                                              int(layout.mem_cap.sum())], runs, [0] * len(jobs), fluid=fluid,
+                   totals=np.array([[d.gpu_milli, d.cpu_milli, d.mem_mib] for d in demands],
+                                   dtype=np.int64).reshape(-1, 3).T.copy(),
+                   is_waiting=np.zeros(len(jobs), dtype=bool))
     result = SimResult(records, total_gpus=float(cluster.total_gpus), runtime=runs.name)
     events = [(j.submit_s, ARRIVE, i, 0) for i, j in enumerate(jobs)]
     heapq.heapify(events)
@@ -170,7 +188,8 @@ def simulate(cluster: Cluster, jobs: Sequence[SimJob], policy: str, queue: Queue
             if kind == FINISH:
                 if version != state.version[i]:
                     continue  # its end moved since this event was due
-                state.snapshot = release(state.snapshot, jobs[i].job_id)
+                if not fluid:
+                    state.snapshot = release(state.snapshot, jobs[i].job_id)
                 _account(state, jobs[i], demands[i], -1)
                 state.freed = True
                 _finish(state, i, now, events, records)
@@ -183,7 +202,9 @@ def simulate(cluster: Cluster, jobs: Sequence[SimJob], policy: str, queue: Queue
                 tick, state.tick_pending = True, False
         shares = ({u: max(state.user_gpu[u] / max(capacity[0], 1.0), state.user_cpu[u] / max(capacity[1], 1.0))
                    for u in state.user_gpu} if queue.uses_shares else {})
-        if batch is None:
+        if fluid:
+            _schedule_fluid(state, jobs, demands, now, events, records, result, shares)
+        elif batch is None:
             _schedule(state, jobs, demands, place, now, events, records, result, shares)
         elif tick:  # the window sees every arrival and completion so far
             state.new, state.freed = [], False
@@ -198,13 +219,17 @@ def simulate(cluster: Cluster, jobs: Sequence[SimJob], policy: str, queue: Queue
 def _arrive(state: _State, job: SimJob, i: int, demand: _Demand, place: OnlinePolicy, explained: OnlinePolicy,
             empty: ClusterSnapshot, records: list[JobRecord]) -> None:
     if demand.shape not in state.fits_empty:  # can it fit the cluster at all? once per job shape
-        fits = place(empty, job.job).allocation is not None
-        state.fits_empty[demand.shape] = None if fits else explained(empty, job.job).reasons
+        if state.fluid:
+            state.fits_empty[demand.shape] = _beyond_pool(demand, empty.layout)
+        else:
+            fits = place(empty, job.job).allocation is not None
+            state.fits_empty[demand.shape] = None if fits else explained(empty, job.job).reasons
     reasons = state.fits_empty[demand.shape]
     if reasons is not None:
         records[i].never_fits, records[i].reasons = True, reasons
     else:
         state.waiting.add(i, job)
+        state.is_waiting[i] = True
         state.new.append(i)
 
 
@@ -229,12 +254,14 @@ def _schedule(state: _State, jobs: Sequence[SimJob], demands: Sequence[_Demand],
     the old waiting jobs cannot fit (nothing was freed), so only the new arrivals are offered."""
     if not state.freed and not state.new:
         return
-    offer: Iterable[int] = (state.waiting.ordered(shares) if state.freed
-                            else state.waiting.order_of(state.new, shares))
+    offer = _offer(state, shares) if state.freed else state.waiting.order_of(state.new, shares)
     state.new, state.freed = [], False
     memo = PassMemo()
+    free = state.free
     for i in offer:
         demand = demands[i]
+        if demand.gpu_milli > free[0] or demand.cpu_milli > free[1] or demand.mem_mib > free[2]:
+            continue  # the cheapest necessary check first: on a full cluster most of a long queue stops here
         if memo.known_to_fail(demand.gpu_part, demand.sizes, demand.shape):
             continue
         if not _could_start(state, jobs[i], demand):
@@ -248,6 +275,52 @@ def _schedule(state: _State, jobs: Sequence[SimJob], demands: Sequence[_Demand],
             memo.refused(demand.shape)
             continue
         _start(state, jobs, demands, i, decision.allocation, now, events, records)
+
+
+def _schedule_fluid(state: _State, jobs: Sequence[SimJob], demands: Sequence[_Demand], now: float,
+                    events: list[Event], records: list[JobRecord], result: SimResult,
+                    shares: dict[str, float]) -> None:
+    """A pass over one pool: every waiting job whose totals the free totals cover starts, in queue order."""
+    if not state.freed and not state.new:
+        return
+    offer = _offer(state, shares) if state.freed else state.waiting.order_of(state.new, shares)
+    state.new, state.freed = [], False
+    free = state.free
+    for i in offer:
+        demand = demands[i]
+        if demand.gpu_milli > free[0] or demand.cpu_milli > free[1] or demand.mem_mib > free[2]:
+            continue
+        result.decisions += 1
+        state.waiting.remove(i)
+        state.is_waiting[i] = False
+        _account(state, jobs[i], demand, +1)
+        records[i].start_s = now
+        _due(state, [(i, now + jobs[i].duration_s)], events, records)  # the trace runtime: no placement to slow it
+        if free[0] <= 0 and free[1] <= 0:
+            break  # nothing is left to give
+
+
+def _offer(state: _State, shares: dict[str, float]) -> list[int]:
+    """The waiting jobs whose totals the free totals cover, in queue order: every job that may start in a pass
+    (within a pass the cluster only fills), found for the whole queue in a few vector operations. Few of them
+    are sorted; many are picked out of the queue's own order."""
+    free = np.asarray(state.free, dtype=np.int64)[:, None]
+    found: list[int] = np.flatnonzero(state.is_waiting & (state.totals <= free).all(axis=0)).tolist()
+    if len(found) * 8 < len(state.waiting):
+        return state.waiting.order_of(found, shares)
+    chosen = set(found)
+    return [i for i in state.waiting.ordered(shares) if i in chosen]
+
+
+def _beyond_pool(demand: _Demand, layout: Layout) -> tuple[str, ...] | None:
+    """Why a job's totals exceed the whole pool (None: they do not)."""
+    reasons = tuple(f"needs {need / MILLI:g} {what}, the cluster has {have / MILLI:g}"
+                    for what, need, have in (("GPUs", demand.gpu_milli, len(layout.gpu_machine) * MILLI),
+                                             ("CPU cores", demand.cpu_milli, int(layout.cpu_cap.sum())))
+                    if need > have)
+    if demand.mem_mib > int(layout.mem_cap.sum()):
+        reasons += (f"needs {demand.mem_mib:,} MiB of memory, the cluster has {int(layout.mem_cap.sum()):,}",)
+    return reasons or None
 
 
 def _batch(state: _State, jobs: Sequence[SimJob], demands: Sequence[_Demand], window: BatchWindow, now: float,
@@ -276,6 +349,7 @@ def _start(state: _State, jobs: Sequence[SimJob], demands: Sequence[_Demand], i:
            now: float, events: list[Event], records: list[JobRecord]) -> None:
     state.snapshot = apply(state.snapshot, allocation)
     state.waiting.remove(i)
+    state.is_waiting[i] = False
     _account(state, jobs[i], demands[i], +1)
     records[i].start_s = now
     _due(state, state.runtime.start(i, allocation, now), events, records)
@@ -333,5 +407,5 @@ def _account(state: _State, job: SimJob, demand: _Demand, sign: int) -> None:
 
 
 def _sample(state: _State, now: float, result: SimResult) -> None:
-    allocated = float(state.snapshot.gpu_milli_used.sum()) / MILLI
+    allocated = result.total_gpus - state.free[0] / MILLI  # the free totals are kept for fluid clusters too
     result.samples.append((now, allocated, result.total_gpus - allocated, len(state.waiting)))

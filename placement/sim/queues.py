@@ -89,7 +89,7 @@ class _StaticQueue:
         return (i for _, i in list(self.jobs.items))
 
     def order_of(self, indices: list[int], shares: UserShares) -> list[int]:
-        return sorted(indices, key=lambda i: (self.jobs.keys[i], i))
+        return sorted(indices, key=self.jobs.keys.__getitem__)  # stable: equal keys keep the callers' order
 
 
 class _EstimateKey:

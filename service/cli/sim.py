@@ -21,7 +21,9 @@ app = typer.Typer(help="Replay real traces: JCT, waiting, makespan, allocation, 
 
 TRACES = ("pai2020-jobs", "openb2023")
 TraceOpt = Annotated[str, typer.Option(help="pai2020-jobs (later 30%, out of sample) or openb2023")]
-ClusterOpt = Annotated[str, typer.Option(help="pai, big-node, openb or openb-all")]
+ClusterOpt = Annotated[str, typer.Option(help="pai, big-node, big-node-fluid (the big node as one pool of GPU and CPU "
+                                              "capacity, as the PAI trace's simulator counts it: no placement, "
+                                              "trace durations), openb or openb-all")]
 GpusOpt = Annotated[int, typer.Option(min=1, help="GPUs of the big node")]
 RateOpt = Annotated[float, typer.Option(min=0.0, help="arrivals per minute in trace order; 0 = original times")]
 JobsOpt = Annotated[int, typer.Option(min=1, help="jobs to replay")]
@@ -98,11 +100,16 @@ def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs
          scheduler: str | None = None) -> None:
     from placement import BatchWindow, without_sharing
     from training.dask_cluster import connected
-    from training.replay.compare import cluster_for, compare, openb_jobs, pai_jobs
+    from training.replay.compare import FLUID, cluster_for, compare, openb_jobs, pai_jobs
     from training.replay.runners import OnDask
 
     runtime, sharing, network_term = how
-    _check([trace], runs, runtime, network_term)
+    fluid = cluster_kind == FLUID
+    if fluid:  # one pool: no placement to choose, none to slow a job down
+        runs, runtime = list(dict.fromkeys((q, "fluid") for q, _ in runs)), "trace"
+        _check([trace], [(q, "liquid") for q, _ in runs], runtime, network_term)
+    else:
+        _check([trace], runs, runtime, network_term)
     window = BatchWindow("ffd", every_s=batch[0], time_limit_s=batch[1], max_jobs=batch[2])
 
     cluster, constrain = cluster_for(cluster_kind, gpus)
@@ -113,7 +120,8 @@ def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs
         replay = pai_jobs(_champion_duration_model() if needs_model else None, constrain, limit, rate or None,
                           cache=home() / "cache")
     replay = replay if sharing else without_sharing(replay)
-    folder = out or home() / "simulations" / f"{trace}-{cluster.name}-{'rate' + str(rate) if rate else 'original'}"
+    arrivals = f"rate{rate}" if rate else "original"
+    folder = out or home() / "simulations" / f"{trace}-{cluster.name}{'-fluid' if fluid else ''}-{arrivals}"
     with progress(console, "replaying", total=len(replay) * len(runs)) as steps, unreachable_as_error(), \
             connected(scheduler) as client:
         done: dict[str, int] = {}
@@ -124,7 +132,7 @@ def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs
             done[run] = arrived
 
         summary = compare(cluster, replay, runs, folder, tick, window, runtime, network_term=network_term,
-                          runner=OnDask(client) if client is not None else None)
+                          runner=OnDask(client) if client is not None else None, fluid=fluid)
     console.print(summary_table(summary))
     console.print(f"summary.json, per-job CSV and plots: {folder}")
 

@@ -122,3 +122,30 @@ def test_every_waiting_job_that_could_fit_is_offered_however_long_the_queue() ->
     records = {r.job_id: r for r in simulate(cluster, jobs, "first-fit", queue_policy("fifo")).records}
     assert records["small"].start_s == 50
     assert records["wide000"].start_s == 1000  # FIFO among the wide ones once 'hold' has gone
+
+
+def shared(job_id: str, share: float, instances: int, submit: float, duration: float) -> SimJob:
+    return SimJob(Job(job_id, (Task(Role.WORKER, instances, gpu=share),)), "u", submit, duration)
+
+
+def test_a_fluid_cluster_pools_shares_that_discrete_gpus_cannot() -> None:
+    # synthetic: 2 GPUs. Three 0.6-GPU instances (1.8 GPUs) need three GPUs when each share sits on one GPU,
+    # but fit a pool of 2; a 0.2-GPU job then still fits the pool's last 0.2
+    jobs = [shared("three", 0.6, 3, 0, 100), shared("small", 0.2, 1, 1, 10)]
+    discrete = {r.job_id: r for r in simulate(CLUSTER, jobs, "first-fit", queue_policy("fifo")).records}
+    assert discrete["three"].never_fits and discrete["small"].start_s == 1
+    fluid = {r.job_id: r for r in simulate(CLUSTER, jobs, "first-fit", queue_policy("fifo"), fluid=True).records}
+    assert (fluid["three"].start_s, fluid["three"].end_s, fluid["small"].start_s) == (0, 100, 1)
+    summary = summarise(simulate(CLUSTER, [*jobs, shared("late", 0.5, 1, 2, 5)], "first-fit",
+                                 queue_policy("fifo"), fluid=True))
+    # 'late' (0.5, t=2) finds the pool full (1.8 + 0.2); 'small' frees only 0.2 at 11, 'three' 1.8 at 100
+    assert summary["finished"] == 3 and summary["wait_mean_s"] == pytest.approx(98 / 3)
+
+
+def test_a_fluid_cluster_orders_its_queue_and_reports_what_exceeds_the_pool() -> None:
+    jobs = [job("long", 2, 0, 100), job("mid", 2, 1, 50), job("short", 2, 2, 10), job("huge", 3, 0, 10)]
+    sjf = {r.job_id: r for r in simulate(CLUSTER, jobs, "first-fit", queue_policy("sjf-oracle"), fluid=True).records}
+    assert (sjf["short"].start_s, sjf["mid"].start_s) == (100, 110)
+    assert sjf["huge"].never_fits and sjf["huge"].reasons == ("needs 3 GPUs, the cluster has 2",)
+    with pytest.raises(ValueError, match="fluid cluster places nothing"):
+        simulate(CLUSTER, jobs, "first-fit", queue_policy("fifo"), batch=BatchWindow("ffd"), fluid=True)

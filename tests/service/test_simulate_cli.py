@@ -79,3 +79,20 @@ def test_an_unknown_runtime_is_named(tmp_path: Path) -> None:
     result = gpuplace("simulate", "--runtime", "wallclock", "--jobs", "10", home=tmp_path)
     assert result.returncode == 2
     assert "wallclock" in result.stderr and "measured" in result.stderr
+
+
+def test_simulate_compare_on_a_fluid_big_node(tmp_path: Path) -> None:
+    # the big node as one pool: no placement (the runs are named "fluid"), trace durations, and never a wait
+    # longer than on the same node's discrete GPUs for FIFO, where shares of GPUs fragment
+    out = {}
+    for cluster in ("big-node-fluid", "big-node"):
+        out[cluster] = tmp_path / cluster
+        result = gpuplace("simulate", "compare", "--cluster", cluster, "--gpus", "64", "--rate", "1000", "--jobs",
+                          "300", "--queues", "fifo", "--runtime", "trace", "--out", str(out[cluster]), home=tmp_path)
+        assert result.returncode == 0, result.stderr
+    fluid = json.loads((out["big-node-fluid"] / "summary.json").read_text())
+    discrete = json.loads((out["big-node"] / "summary.json").read_text())
+    assert fluid["cluster"] == "big-node-64-fluid" and set(fluid["runs"]) == {"fifo/fluid"}
+    run = fluid["runs"]["fifo/fluid"]
+    assert run["finished"] + run["never_fit"] == 300 and run["finished"] >= 290
+    assert fluid["runs"]["fifo/fluid"]["wait_mean_s"] <= discrete["runs"]["fifo/liquid"]["wait_mean_s"]

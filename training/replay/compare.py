@@ -2,7 +2,9 @@
 
 Clusters: ``pai`` (the real 1,897-machine PAI cluster, derived topology, jobs keep their GPU type),
 ``big-node`` (one machine of N GPUs with 23.22 CPU cores per GPU: the setting of the PAI trace's own
-simulator; no GPU types) and ``openb`` (the openb GPU nodes). Jobs: by default the later 30% of the
+simulator; no GPU types), ``big-node-fluid`` (the same node as one pool of GPU and CPU capacity, as that
+simulator counts it: shares of GPUs never fragment; ``placement.sim.engine``) and ``openb`` (the openb GPU
+nodes). Jobs: by default the later 30% of the
 PAI job table - the part no registered model was trained on - so ``sjf-model`` is judged out of
 sample. Every run of a comparison replays exactly the same jobs.
 """
@@ -43,14 +45,19 @@ CPU_PER_GPU = 23.22
 """CPU cores per GPU of the big node (the PAI trace simulator's ratio)."""
 
 
+FLUID = "big-node-fluid"
+"""The cluster kind replayed as one pool of capacity (no placement)."""
+
+
 def cluster_for(kind: str, gpus: int = 6500) -> tuple[Cluster, bool]:
-    """The cluster called ``kind`` and whether jobs keep their GPU-type constraints on it."""
-    if kind == "big-node":
+    """The cluster called ``kind`` and whether jobs keep their GPU-type constraints on it (a ``FLUID`` cluster is
+    the big node, replayed with ``fluid=True``)."""
+    if kind in ("big-node", FLUID):
         node = Machine("big-node", "ANY", gpus, gpus * CPU_PER_GPU, gpus * 64.0, gpu_mem_gib=16.0)
         return build_cluster(f"big-node-{gpus}", [node]), False
     if kind in ("pai", "openb", "openb-all"):
         return load_cluster(kind), kind == "pai"
-    raise KeyError(f"unknown cluster {kind!r}; known: pai, big-node, openb, openb-all")
+    raise KeyError(f"unknown cluster {kind!r}; known: pai, big-node, {FLUID}, openb, openb-all")
 
 
 def pai_jobs(model: CalibratedEstimator | None, constrain: bool, limit: int | None, arrivals_per_min: float | None,
@@ -123,15 +130,18 @@ def placement_config(network_term: str, speed: SpeedModel | None = None) -> Plac
 def compare(cluster: Cluster, jobs: Sequence[SimJob], runs: Sequence[tuple[str, str]], out: Path,
             progress: Callable[[str, int], None] | None = None, window: BatchWindow | None = None,
             runtime: str = "trace", speed: SpeedModel | None = None,
-            network_term: str = "bandwidth", runner: Runner | None = None) -> dict[str, Any]:
+            network_term: str = "bandwidth", runner: Runner | None = None, fluid: bool = False) -> dict[str, Any]:
     """Replay ``jobs`` once per (queue policy, placement policy); write summary JSON, per-job CSV, plots.
 
     A placement named after a batch policy (``gga``, ``cpsat``, ``ffd``) replays with batch windows
     (``window``'s settings, that policy) instead of online placement. ``runtime``: how long a started job
     runs (``trace`` or ``measured``, see ``placement.sim.runtime``); ``network_term``: Liquid's (see
     :func:`placement_config`). ``runner``: where the replays run (``training.replay.runners``; on Dask,
-    ``progress`` hears of each run once, when it ends).
+    ``progress`` hears of each run once, when it ends). ``fluid``: the cluster as one pool (the placement
+    names nothing then, and every job runs for its trace duration).
     """
+    if fluid and (runtime != "trace" or any(p in BATCH_POLICIES for _, p in runs)):
+        raise ValueError("a fluid cluster is replayed with the trace runtime and no batch placement")
     from training.replay.plots import allocation_over_time, jct_cdf
 
     out.mkdir(parents=True, exist_ok=True)
@@ -140,7 +150,8 @@ def compare(cluster: Cluster, jobs: Sequence[SimJob], runs: Sequence[tuple[str, 
     make_runtime = runtime_factory(runtime, speed)
     config = placement_config(network_term, speed)
     results: dict[str, SimResult] = {}
-    summary: dict[str, Any] = {"cluster": cluster.name, "gpus": cluster.total_gpus, "jobs": len(jobs),
+    summary: dict[str, Any] = {"cluster": cluster.name + ("-fluid" if fluid else ""), "gpus": cluster.total_gpus,
+                               "jobs": len(jobs),
                                "runtime": runtime, "network_term": network_term, "runs": {}}
     names = [f"{queue}/{placement}" for queue, placement in runs]
     batches = {name: replace(window or BatchWindow(), policy=placement) if placement in BATCH_POLICIES else None
@@ -148,11 +159,12 @@ def compare(cluster: Cluster, jobs: Sequence[SimJob], runs: Sequence[tuple[str, 
     if runner is None:
         for name, (queue, placement) in zip(names, runs, strict=True):
             tick = (lambda n, label=name: progress(label, n)) if progress else None
-            results[name] = simulate(cluster, jobs, "liquid" if batches[name] else placement, queue_policy(queue),
-                                     config, progress=tick, batch=batches[name], runtime=make_runtime)
+            results[name] = simulate(cluster, jobs, "liquid" if batches[name] or fluid else placement,
+                                     queue_policy(queue), config, progress=tick, batch=batches[name],
+                                     runtime=make_runtime, fluid=fluid)
     else:
         shared = runner.share(cluster, "cluster"), runner.share(list(jobs), "jobs")
-        handles = [runner.submit(replay, *shared, queue, placement, config, batches[name], runtime, speed,
+        handles = [runner.submit(replay, *shared, queue, placement, config, batches[name], runtime, speed, fluid,
                                  name=f"replay-{queue}-{placement}")
                    for name, (queue, placement) in zip(names, runs, strict=True)]
         results = dict(zip(names, runner.results(handles, lambda i: progress(names[i], len(jobs)) if progress
@@ -170,11 +182,11 @@ def compare(cluster: Cluster, jobs: Sequence[SimJob], runs: Sequence[tuple[str, 
 
 
 def replay(cluster: Cluster, jobs: Sequence[SimJob], queue: str, placement: str, config: PlacementConfig | None,
-           window: BatchWindow | None, runtime: str, speed: SpeedModel | None) -> SimResult:
+           window: BatchWindow | None, runtime: str, speed: SpeedModel | None, fluid: bool = False) -> SimResult:
     """One replay of :func:`compare` by names and settings alone (what a task on another machine is sent):
-    ``window`` set for a batch placement, ``speed`` for the measured runtime."""
-    return simulate(cluster, jobs, "liquid" if window else placement, queue_policy(queue), config, batch=window,
-                    runtime=runtime_factory(runtime, speed))
+    ``window`` set for a batch placement, ``speed`` for the measured runtime, ``fluid`` for one pool."""
+    return simulate(cluster, jobs, "liquid" if window or fluid else placement, queue_policy(queue), config,
+                    batch=window, runtime=runtime_factory(runtime, speed), fluid=fluid)
 
 
 def run_summary(result: SimResult, window: BatchWindow | None) -> dict[str, Any]:
