@@ -28,7 +28,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -137,8 +137,9 @@ class _State:
     new: list[int] = field(default_factory=list)
     freed: bool = False
     tick_pending: bool = False
-    free_whole: tuple[int, int] = (-1, 0)
-    """(generation, completely free GPUs in the cluster) of the last snapshot asked about."""
+    free_whole: tuple[int, int, int] = (-1, 0, 0)
+    """(generation, completely free GPUs in the cluster, the most free milli of one GPU) of the last snapshot
+    asked about."""
     usage: SnapshotUsage | None = None
     """The filters' view of ``snapshot`` (``_usage``)."""
     user_gpu: dict[str, float] = field(default_factory=lambda: defaultdict(float))
@@ -146,8 +147,9 @@ class _State:
     fits_empty: dict[tuple[str, ...], tuple[str, ...] | None] = field(default_factory=dict)
     fluid: bool = False
     """One pool of capacity, no placement (see the module's notes)."""
-    totals: np.ndarray = field(default_factory=lambda: np.zeros((3, 0), dtype=np.int64))
-    """Per job (columns), its GPU milli, CPU milli and memory MiB: the free-totals check of a whole queue at once."""
+    totals: np.ndarray = field(default_factory=lambda: np.zeros((5, 0), dtype=np.int64))
+    """Per job (columns), its GPU milli, CPU milli, memory MiB, whole GPUs and largest share of one GPU (these
+    two 0 on a fluid cluster): the free-totals check of a whole queue at once."""
     is_waiting: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
 
@@ -172,8 +174,8 @@ def simulate(cluster: Cluster, jobs: Sequence[SimJob], policy: str, queue: Queue
     runs = runtime(jobs, layout) if runtime is not None else TraceRuntime(jobs)
     state = _State(empty, queue.new_queue(), [len(layout.gpu_machine) * MILLI, int(layout.cpu_cap.sum()),
                                               int(layout.mem_cap.sum())], runs, [0] * len(jobs), fluid=fluid,
-                   totals=np.array([[d.gpu_milli, d.cpu_milli, d.mem_mib] for d in demands],
-                                   dtype=np.int64).reshape(-1, 3).T.copy(),
+                   totals=np.array([[d.gpu_milli, d.cpu_milli, d.mem_mib, *((0, 0) if fluid else _on_gpus(d))]
+                                    for d in demands], dtype=np.int64).reshape(-1, 5).T.copy(),
                    is_waiting=np.zeros(len(jobs), dtype=bool))
     result = SimResult(records, total_gpus=float(cluster.total_gpus), runtime=runs.name)
     events = [(j.submit_s, ARRIVE, i, 0) for i, j in enumerate(jobs)]
@@ -239,12 +241,23 @@ def _could_start(state: _State, job: SimJob, demand: _Demand) -> bool:
     free = state.free
     if demand.gpu_milli > free[0] or demand.cpu_milli > free[1] or demand.mem_mib > free[2]:
         return False
-    if demand.whole_gpus:
-        if state.free_whole[0] != state.snapshot.generation:
-            state.free_whole = (state.snapshot.generation, int(state.snapshot.machine_free_whole.sum()))
-        if demand.whole_gpus > state.free_whole[1]:
-            return False
+    if demand.whole_gpus and demand.whole_gpus > _free_whole(state):
+        return False
     return _may_fit(state, job, demand)
+
+
+def _free_whole(state: _State) -> int:
+    """Completely free GPUs in the cluster now (and, kept beside, the most free milli of one GPU)."""
+    snapshot = state.snapshot
+    if state.free_whole[0] != snapshot.generation:
+        most = MILLI - int(snapshot.gpu_milli_used.min()) if len(snapshot.gpu_milli_used) else 0
+        state.free_whole = (snapshot.generation, int(snapshot.machine_free_whole.sum()), most)
+    return state.free_whole[1]
+
+
+def _on_gpus(demand: _Demand) -> tuple[int, int]:
+    """A job's whole GPUs and its largest share of one GPU (milli): what a pass checks of the GPUs themselves."""
+    return demand.whole_gpus, max((n.gpu_milli for n in demand.needs if not n.whole_gpus), default=0)
 
 
 def _schedule(state: _State, jobs: Sequence[SimJob], demands: Sequence[_Demand], place: OnlinePolicy, now: float,
@@ -257,11 +270,8 @@ def _schedule(state: _State, jobs: Sequence[SimJob], demands: Sequence[_Demand],
     offer = _offer(state, shares) if state.freed else state.waiting.order_of(state.new, shares)
     state.new, state.freed = [], False
     memo = PassMemo()
-    free = state.free
-    for i in offer:
+    for i in _while_covered(state, offer):
         demand = demands[i]
-        if demand.gpu_milli > free[0] or demand.cpu_milli > free[1] or demand.mem_mib > free[2]:
-            continue  # the cheapest necessary check first: on a full cluster most of a long queue stops here
         if memo.known_to_fail(demand.gpu_part, demand.sizes, demand.shape):
             continue
         if not _could_start(state, jobs[i], demand):
@@ -286,30 +296,43 @@ def _schedule_fluid(state: _State, jobs: Sequence[SimJob], demands: Sequence[_De
     offer = _offer(state, shares) if state.freed else state.waiting.order_of(state.new, shares)
     state.new, state.freed = [], False
     free = state.free
-    for i in offer:
+    for i in _while_covered(state, offer):
         demand = demands[i]
         if demand.gpu_milli > free[0] or demand.cpu_milli > free[1] or demand.mem_mib > free[2]:
-            continue
+            continue  # offered only because no job has started since it was checked
         result.decisions += 1
         state.waiting.remove(i)
         state.is_waiting[i] = False
         _account(state, jobs[i], demand, +1)
         records[i].start_s = now
         _due(state, [(i, now + jobs[i].duration_s)], events, records)  # the trace runtime: no placement to slow it
-        if free[0] <= 0 and free[1] <= 0:
-            break  # nothing is left to give
+
+
+def _while_covered(state: _State, offer: list[int]) -> Iterator[int]:
+    """``offer`` in order, less every job whose totals the free totals no longer cover once a job has started
+    (a start is seen as a change of the snapshot, or of the free totals on a fluid cluster): checked for the
+    rest of the offer at once, rather than one job at a time."""
+    pending = np.asarray(offer, dtype=np.int64)
+    at, seen = 0, (state.snapshot.generation, tuple(state.free))
+    while at < len(pending):
+        yield int(pending[at])
+        at += 1
+        now = (state.snapshot.generation, tuple(state.free))
+        if now != seen and at < len(pending):
+            seen, pending, at = now, pending[at:][(state.totals[:, pending[at:]] <= _free_column(state)).all(axis=0)], 0
+
+
+def _free_column(state: _State) -> np.ndarray:
+    """The free totals as ``_State.totals`` counts them, a column to compare against."""
+    on_gpus = (0, 0) if state.fluid else (_free_whole(state), state.free_whole[2])
+    return np.asarray([*state.free, *on_gpus], dtype=np.int64)[:, None]
 
 
 def _offer(state: _State, shares: dict[str, float]) -> list[int]:
-    """The waiting jobs whose totals the free totals cover, in queue order: every job that may start in a pass
-    (within a pass the cluster only fills), found for the whole queue in a few vector operations. Few of them
-    are sorted; many are picked out of the queue's own order."""
-    free = np.asarray(state.free, dtype=np.int64)[:, None]
-    found: list[int] = np.flatnonzero(state.is_waiting & (state.totals <= free).all(axis=0)).tolist()
-    if len(found) * 8 < len(state.waiting):
-        return state.waiting.order_of(found, shares)
-    chosen = set(found)
-    return [i for i in state.waiting.ordered(shares) if i in chosen]
+    """The waiting jobs whose totals (and whole GPUs) the free totals cover, in queue order: every job that may
+    start in a pass (within a pass the cluster only fills), found for the whole queue in a few vector
+    operations."""
+    return state.waiting.among(state.is_waiting & (state.totals <= _free_column(state)).all(axis=0), shares)
 
 
 def _beyond_pool(demand: _Demand, layout: Layout) -> tuple[str, ...] | None:

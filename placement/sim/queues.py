@@ -25,10 +25,14 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from placement.scheduling.orders import CausalMedian, arrival_key
 from placement.sim.jobs import SimJob
 
 UserShares = Mapping[str, float]
+BoolArray = npt.NDArray[np.bool_]
 Key = tuple[float, float, str]
 
 
@@ -49,21 +53,30 @@ class WaitingQueue(Protocol):
         """Some of the waiting jobs, in offer order."""
         ...
 
+    def among(self, chosen: BoolArray, shares: UserShares) -> list[int]:
+        """The waiting jobs ``i`` with ``chosen[i]`` (an array over every job of the replay), in offer order."""
+        ...
+
 
 class _Sorted:
-    """A list of (key, index) kept sorted; removal by index through the key remembered at insertion."""
+    """A list of (key, index) kept sorted, and its indices alone beside it (to pick from in vector operations);
+    removal by index through the key remembered at insertion."""
 
     def __init__(self) -> None:
         self.items: list[tuple[Key, int]] = []
+        self.order: list[int] = []
         self.keys: dict[int, Key] = {}
 
     def add(self, i: int, key: Key) -> None:
         self.keys[i] = key
-        bisect.insort(self.items, (key, i))
+        at = bisect.bisect_left(self.items, (key, i))
+        self.items.insert(at, (key, i))
+        self.order.insert(at, i)
 
     def remove(self, i: int) -> None:
-        entry = (self.keys.pop(i), i)
-        del self.items[bisect.bisect_left(self.items, entry)]
+        at = bisect.bisect_left(self.items, (self.keys.pop(i), i))
+        del self.items[at]
+        del self.order[at]
 
     def __len__(self) -> int:
         return len(self.items)
@@ -90,6 +103,11 @@ class _StaticQueue:
 
     def order_of(self, indices: list[int], shares: UserShares) -> list[int]:
         return sorted(indices, key=self.jobs.keys.__getitem__)  # stable: equal keys keep the callers' order
+
+    def among(self, chosen: BoolArray, shares: UserShares) -> list[int]:
+        order = np.asarray(self.jobs.order, dtype=np.int64)
+        picked: list[int] = order[chosen[order]].tolist()
+        return picked
 
 
 class _EstimateKey:
@@ -138,6 +156,9 @@ class _DrfQueue:
             return (shares.get(user, 0.0), self.users[user].keys[i], i)
 
         return sorted(indices, key=key)
+
+    def among(self, chosen: BoolArray, shares: UserShares) -> list[int]:
+        return self.order_of([i for i in np.flatnonzero(chosen).tolist() if i in self.user_of], shares)
 
 
 @dataclass(frozen=True)
