@@ -3,9 +3,10 @@ GPU memory free.
 
 A GPU takes a share of ``s`` milli-GPUs needing ``g`` MiB when ``used_milli + s <= 1000`` and
 ``used_mem + g <= capacity`` (and it has memory at all); ``g`` is the demand's GPU memory, or
-``ceil(share x capacity)`` when the demand's memory is proportional. The share and the memory must be
-free on the same GPU, so the rule is checked GPU by GPU. A machine's few GPUs are worked on as Python
-integers, the many GPUs of a large node (more than ``FEW_GPUS_PER_MACHINE``) in numpy.
+``floor(share x capacity)`` when the demand's memory is proportional
+(``placement.model.feasibility.proportional_mib``). The share and the memory must be free on the same GPU,
+so the rule is checked GPU by GPU. A machine's few GPUs are worked on as Python integers, the many GPUs of a
+large node (more than ``FEW_GPUS_PER_MACHINE``) in numpy.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ def share_mem_per_gpu(caps: IntArray, need: Need) -> IntArray:
     """GPU memory (MiB) one share of ``need`` takes on each GPU of memory ``caps``."""
     if need.gpu_mem_mib >= 0:
         return np.full(len(caps), need.gpu_mem_mib)
-    return _proportional(caps, need.share_mem)
+    return proportional_per_gpu(caps, need.share_mem)
 
 
-def _proportional(caps: IntArray, share: float) -> IntArray:
-    per_gpu: IntArray = np.ceil(share * caps - 1e-9).astype(np.int64)
+def proportional_per_gpu(caps: IntArray, share: float) -> IntArray:
+    """``proportional_mib`` on every GPU of memory ``caps``."""
+    per_gpu: IntArray = np.floor(share * caps + 1e-9).astype(np.int64)
     return per_gpu
 
 
@@ -80,7 +82,8 @@ class GpuShare:
         layout = usage.layout
         cap = layout.gpu_mem_cap
         mem_need = (need.gpu_mem_mib if need.gpu_mem_mib >= 0 else  # the same few shares come again and again
-                    layout.derived.share_mem.get(need.share_mem, lambda: frozen(_proportional(cap, need.share_mem))))
+                    layout.derived.share_mem.get(need.share_mem,
+                                                 lambda: frozen(proportional_per_gpu(cap, need.share_mem))))
         on_gpu = (usage.gpu_milli + need.gpu_milli <= MILLI) & (usage.gpu_mem + mem_need <= cap) & (cap > 0)
         fits: BoolArray = np.zeros(len(layout.cpu_cap), dtype=bool)
         fits[layout.gpu_machine[on_gpu]] = True  # a machine passes if any of its GPUs does

@@ -3,8 +3,8 @@
 A task's ``gpu`` is either a whole number of GPUs (1, 2, 8: the instance gets that many free GPUs of
 one machine) or a share of one GPU below 1 (0.5: the instance shares a GPU with others whose shares
 sum to at most 1). ``gpu_mem_gib`` is per GPU used; NaN means "proportional": a share s of a GPU with
-M GiB needs s x M GiB, a whole GPU all of its memory. ``gpu_types`` is an any-of constraint; empty
-means any type. Jobs are gang-placed: every instance or none.
+M GiB needs s x M GiB (rounded down to whole MiB), a whole GPU all of its memory. ``gpu_types`` is an
+any-of constraint; empty means any type. Jobs are gang-placed: every instance or none.
 """
 
 from __future__ import annotations

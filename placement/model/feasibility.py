@@ -38,7 +38,14 @@ class Need:
             return cap_mib
         if self.gpu_mem_mib >= 0:
             return self.gpu_mem_mib
-        return math.ceil(self.share_mem * cap_mib - 1e-9)
+        return proportional_mib(self.share_mem, cap_mib)
+
+
+def proportional_mib(share: float, cap_mib: int) -> int:
+    """GPU memory (MiB) of a share of a GPU whose memory is proportional: the share of the capacity, rounded
+    down, so that shares that fit a GPU by their share fit it by memory too (rounded up, ten shares of 0.1
+    would need 16,390 MiB of a 16,384 MiB GPU, and a GPU nine tenths shared would refuse the last tenth)."""
+    return math.floor(share * cap_mib + 1e-9)
 
 
 def need_of(task: Task) -> Need:

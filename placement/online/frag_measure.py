@@ -39,7 +39,8 @@ from typing import Any, Protocol, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
-from placement.model.feasibility import Need
+from placement.filters.gpu_share import proportional_per_gpu
+from placement.model.feasibility import Need, proportional_mib
 from placement.model.layout import MILLI, BoolArray, FloatArray, IntArray, Layout
 from placement.online.shape_mix import Mix
 
@@ -203,7 +204,7 @@ def options(rows: Rows, need: Need) -> tuple[IntArray, IntArray, IntArray, IntAr
     free, mem_free, caps = rows.free, rows.mem_free, rows.caps
     if need.gpu_milli and not need.whole_gpus:
         per_gpu = (np.full_like(caps, need.gpu_mem_mib) if need.gpu_mem_mib >= 0
-                   else np.ceil(need.share_mem * caps - 1e-9).astype(np.int64))
+                   else proportional_per_gpu(caps, need.share_mem))
         row, gpu = np.nonzero((free >= need.gpu_milli) & (caps > 0) & (mem_free >= per_gpu))
         was = free[row, gpu]
         _, first = np.unique(row * (MILLI + 1) + was, return_index=True)  # row-major: the lowest GPU first
@@ -311,7 +312,7 @@ class MachineRow:
         if need.gpu_milli and not need.whole_gpus:
             seen: set[int] = set()
             for k, (f, mem, cap) in enumerate(zip(self.free, self.mem_free, self.caps, strict=True)):
-                per_gpu = need.gpu_mem_mib if need.gpu_mem_mib >= 0 else math.ceil(need.share_mem * cap - 1e-9)
+                per_gpu = need.gpu_mem_mib if need.gpu_mem_mib >= 0 else proportional_mib(need.share_mem, cap)
                 if f >= need.gpu_milli and cap > 0 and mem >= per_gpu and f not in seen:
                     seen.add(f)
                     ways.append((k, 1, f, f - need.gpu_milli))

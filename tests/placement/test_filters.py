@@ -189,3 +189,25 @@ def test_the_registry_names_its_filters() -> None:
     assert all(filter_named(name).name == name for name in FILTERS)
     with pytest.raises(KeyError, match="gpu-type, whole-gpus"):
         filter_named("ports")
+
+
+@pytest.mark.parametrize("machine", [Machine("few", "T4", 1, 64, 256), Machine("many", "T4", 80, 800, 4096)])
+def test_shares_that_fit_a_gpu_by_their_share_fit_it_by_proportional_memory(machine: Machine) -> None:
+    # SYNTHETIC: shares of 0.1, 0.2 and 0.5 (proportional memory on a 16,384 MiB T4), one after the other on the
+    # GPU the first one took, until its shares sum to exactly 1. Rounded up, a tenth would need 1,639 MiB and
+    # the GPU, nine tenths shared, only 1,638 would be left for the last one; rounded down every one fits
+    snapshot = ClusterSnapshot.empty(build_cluster("synthetic", [machine]))
+    place = online_policy("pack")
+    shares = [0.2, 0.2, 0.5, 0.1]
+    for k, share in enumerate(shares):
+        decision = place(snapshot, Job(f"s{k}", (worker(1, share),)))
+        assert decision.allocation is not None, (share, decision.reasons)
+        assert decision.allocation.instances[0].gpus == (0,)
+        snapshot = apply(snapshot, decision.allocation)
+    assert int(snapshot.gpu_milli_used[0]) == 1000 and int(snapshot.gpu_mem_used[0]) <= 16384
+    ten = ClusterSnapshot.empty(build_cluster("synthetic", [machine]))
+    for k in range(10):
+        decision = place(ten, Job(f"t{k}", (worker(1, 0.1),)))
+        assert decision.allocation is not None and decision.allocation.instances[0].gpus == (0,)
+        ten = apply(ten, decision.allocation)
+    assert int(ten.gpu_milli_used[0]) == 1000
