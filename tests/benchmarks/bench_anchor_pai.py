@@ -22,8 +22,12 @@ anchor's time over gpuplace's (target: at least 10x). Replay time is the simulat
 ``simulator_go`` (its copy of the job list included), gpuplace's ``simulate``; set-up (reading the trace,
 estimates) is timed apart.
 
+With ``sjf-model`` among the queues (a champion registered: ``gpuplace train``, ``gpuplace models promote``), the
+champion's expected duration is written into the anchor's ``user_dur`` column and its SJU orders by it; the
+benchmark then prints, per replay, how much closer to the oracle's mean JCT SJF on the model comes than SJGG.
+
     python tests/benchmarks/bench_anchor_pai.py --anchor DIR [--settings big:20619:6500,tight:5000:1000]
-        [--rate 1000] [--queues fifo,sjf-oracle,sjf-group-gpu] [--out FILE]
+        [--rate 1000] [--queues fifo,sjf-oracle,sjf-group-gpu,sjf-model] [--out FILE]
 """
 
 from __future__ import annotations
@@ -52,8 +56,9 @@ from placement.sim.queues import queue_policy  # noqa: E402
 from service.workdir import home  # noqa: E402
 from training.replay.compare import CPU_PER_GPU, cluster_for, pai_jobs  # noqa: E402
 
-ANCHOR_POLICY = {"sjf-oracle": 0, "sjf-user": 1, "sjf-group": 2, "sjf-group-gpu": 4, "fifo": 8}
-"""gpuplace's queue name -> the anchor's ``alloc_policy`` (its utils.ALLOC_POLICY_DICT)."""
+ANCHOR_POLICY = {"sjf-oracle": 0, "sjf-user": 1, "sjf-model": 1, "sjf-group": 2, "sjf-group-gpu": 4, "fifo": 8}
+"""gpuplace's queue name -> the anchor's ``alloc_policy`` (its utils.ALLOC_POLICY_DICT). The anchor orders SJU by
+its ``user_dur`` column: for ``sjf-model`` the benchmark writes the champion's expected duration there."""
 ESTIMATE_COLUMN = {"user": "user_dur", "group": "group_dur", "group-gpu": "group_gpu_dur"}
 
 
@@ -72,19 +77,22 @@ def settings_of(text: str) -> list[Setting]:
     return found
 
 
-def same_inputs(jobs: list[SimJob], rate: float) -> list[SimJob]:
-    """The jobs as both replays get them: the anchor's arrival batches, estimates filled by gpuplace's rule."""
-    fills = {name: CausalMedian() for name in ESTIMATE_COLUMN}
+def same_inputs(jobs: list[SimJob], rate: float, model: bool) -> list[SimJob]:
+    """The jobs as both replays get them: the anchor's arrival batches, estimates filled by gpuplace's rule
+    (with ``model``, the champion's in place of the user estimate, the one the anchor's SJU reads)."""
+    names = ("model" if model else "user", "group", "group-gpu")
+    fills = {name: CausalMedian() for name in names}
     found = []
     for k, job in enumerate(jobs):
         submit = float((k // int(rate)) * 60) if rate else float(round(job.submit_s))
-        estimates = {name: fills[name](job.estimate(name)) for name in ESTIMATE_COLUMN}
+        estimates = {name: fills[name](job.estimate(name)) for name in names}
         found.append(replace(job, submit_s=submit, estimates=MappingProxyType(estimates)))
     return found
 
 
-def write_anchor_csv(jobs: list[SimJob], path: Path) -> None:
+def write_anchor_csv(jobs: list[SimJob], path: Path, model: bool) -> None:
     """The jobs in the anchor's input format (its ``traces/pai`` table); totals per job, exact floats."""
+    names = ("model" if model else "user", "group", "group-gpu")
     with path.open("w", newline="") as handle:
         out = csv.writer(handle)
         out.writerow(["job_id", "user", "num_gpu", "num_cpu", "num_pod", "duration", "job_name", "submit_time",
@@ -93,7 +101,18 @@ def write_anchor_csv(jobs: list[SimJob], path: Path) -> None:
             task = job.job.tasks[0]
             out.writerow([int(job.job_id), job.user, repr(task.gpu * task.instances),
                           repr(task.cpu_cores * task.instances), task.instances, int(job.duration_s), "-",
-                          int(job.submit_s), "-", "-", 0, *(repr(job.estimate(n)) for n in ESTIMATE_COLUMN)])
+                          int(job.submit_s), "-", "-", 0, *(repr(job.estimate(n)) for n in names)])
+
+
+def champion_duration_model() -> Any:
+    """The registered champion's duration estimator (``gpuplace train`` and ``gpuplace models promote`` first)."""
+    from models.registry import CHAMPION
+    from service.cli.models import registry
+
+    found = registry()
+    if found.alias_version(CHAMPION) is None:
+        raise SystemExit("sjf-model needs a champion: run `gpuplace train` then `gpuplace models promote`")
+    return found.load(CHAMPION)[1].targets["duration"].estimator
 
 
 def run_gpuplace(setting: Setting, jobs: list[SimJob], queue: str, fluid: bool) -> tuple[float, float, int]:
@@ -133,6 +152,9 @@ def main() -> None:
     unknown = [q for q in queues if q not in ANCHOR_POLICY]
     if unknown:
         parser.error(f"--queues: {', '.join(unknown)} not known to the anchor; known: {', '.join(ANCHOR_POLICY)}")
+    with_model = "sjf-model" in queues
+    if with_model and "sjf-user" in queues:
+        parser.error("--queues: sjf-model and sjf-user both need the anchor's user_dur column; give one")
     if not (args.anchor / "simulator.py").is_file():
         parser.error(f"--anchor: no simulator.py in {args.anchor} (give cluster-trace-gpu-v2020/simulator)")
     sys.path.append(str(args.anchor.resolve()))
@@ -142,14 +164,15 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s", filename=scratch / "anchor.log", filemode="a")
     settings = settings_of(args.settings)
     start = time.perf_counter()
-    every = pai_jobs(None, False, max(s.jobs for s in settings), None, cache=home() / "cache")
+    every = pai_jobs(champion_duration_model() if with_model else None, False, max(s.jobs for s in settings), None,
+                     cache=home() / "cache")
     setup_s = time.perf_counter() - start
     print(f"gpuplace set-up: {len(every):,} out-of-sample PAI jobs with causal estimates in {setup_s:.1f} s")
     rows: list[dict[str, Any]] = []
     for setting in settings:
-        jobs = same_inputs(every[:setting.jobs], args.rate)
+        jobs = same_inputs(every[:setting.jobs], args.rate, with_model)
         csv_path = scratch / f"{setting.name}.csv"
-        write_anchor_csv(jobs, csv_path)
+        write_anchor_csv(jobs, csv_path, with_model)
         for queue in queues:
             fluid = run_gpuplace(setting, jobs, queue, fluid=True)
             discrete = run_gpuplace(setting, jobs, queue, fluid=False)
@@ -166,6 +189,14 @@ def main() -> None:
                   f"{discrete[0]:>9,.0f} ({row['discrete_vs_anchor']:+.2%}) | replay s: anchor {anchor[1]:7.2f}  "
                   f"fluid {fluid[1]:6.2f} ({row['speedup_fluid']:5.1f}x)  discrete {discrete[1]:6.2f} "
                   f"({row['speedup_discrete']:5.1f}x)", flush=True)
+    if with_model and {"sjf-oracle", "sjf-group-gpu"} <= set(queues):
+        for setting in settings:
+            by = {r["queue"]: r for r in rows if r["setting"] == setting.name}
+            for replay in ("anchor", "fluid", "discrete"):
+                oracle, sjgg, model = (by[q][f"{replay}_jct_s"] for q in ("sjf-oracle", "sjf-group-gpu", "sjf-model"))
+                closer = 1 - (model - oracle) / (sjgg - oracle) if sjgg != oracle else math.nan
+                print(f"{setting.name:>6} {replay:<8} SJF on the model {model - oracle:,.0f} s above the oracle's "
+                      f"mean JCT, SJGG {sjgg - oracle:,.0f} s: {closer:.1%} closer (target 30%)")
     worst = max(abs(r["fluid_vs_anchor"]) for r in rows)
     slowest = min(min(r["speedup_fluid"], r["speedup_discrete"]) for r in rows)
     print(f"fluid mean JCT within {worst:.2%} of the anchor's (target 2%); gpuplace replays at least {slowest:.1f}x "
