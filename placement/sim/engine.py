@@ -3,10 +3,11 @@
 At every event time the simulator first applies completions (releasing their resources), then
 arrivals, then offers the waiting jobs to the placement policy in the queue policy's order. Every
 job that fits is started (later jobs may start ahead of a blocked earlier one: backfilling); the rest
-wait. Every waiting job that could fit is offered: ``placement.sim.pass_memo`` makes the jobs that
-cannot cheap to pass over. A job that could not fit the cluster
-even empty is reported and dropped, never silently. The replay is deterministic: ties break by event
-kind, arrival and job id; policies are seeded.
+wait. Every waiting job that could fit is offered: the jobs whose totals the free totals do not cover are
+left out for the whole queue at once, in vector operations, again after each start, and
+``placement.sim.pass_memo`` makes the rest of those that cannot start cheap to pass over. A job that
+could not fit the cluster even empty is reported and dropped, never silently. The replay is
+deterministic: ties break by event kind, arrival and job id; policies are seeded.
 
 With a :class:`BatchWindow`, jobs are not placed one by one: at the end of every window of
 ``every_s`` seconds in which something arrived or finished, the first ``max_jobs`` waiting jobs (queue
