@@ -112,7 +112,7 @@ def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs
         _check([trace], runs, runtime, network_term)
     window = BatchWindow("ffd", every_s=batch[0], time_limit_s=batch[1], max_jobs=batch[2])
 
-    cluster, constrain = cluster_for(cluster_kind, gpus)
+    cluster, constrain = cluster_for("big-node" if fluid else cluster_kind, gpus)
     needs_model = any(q == "sjf-model" for q, _ in runs)
     if trace == "openb2023":
         replay = openb_jobs(limit, rate or None)

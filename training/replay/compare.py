@@ -46,18 +46,18 @@ CPU_PER_GPU = 23.22
 
 
 FLUID = "big-node-fluid"
-"""The cluster kind replayed as one pool of capacity (no placement)."""
+"""The big node replayed as one pool of capacity (``compare(..., fluid=True)``; no placement, so the
+scheduling core's replays and sweeps, which place, do not take it)."""
 
 
 def cluster_for(kind: str, gpus: int = 6500) -> tuple[Cluster, bool]:
-    """The cluster called ``kind`` and whether jobs keep their GPU-type constraints on it (a ``FLUID`` cluster is
-    the big node, replayed with ``fluid=True``)."""
-    if kind in ("big-node", FLUID):
+    """The cluster called ``kind`` and whether jobs keep their GPU-type constraints on it."""
+    if kind == "big-node":
         node = Machine("big-node", "ANY", gpus, gpus * CPU_PER_GPU, gpus * 64.0, gpu_mem_gib=16.0)
         return build_cluster(f"big-node-{gpus}", [node]), False
     if kind in ("pai", "openb", "openb-all"):
         return load_cluster(kind), kind == "pai"
-    raise KeyError(f"unknown cluster {kind!r}; known: pai, big-node, {FLUID}, openb, openb-all")
+    raise KeyError(f"unknown cluster {kind!r}; known: pai, big-node, openb, openb-all")
 
 
 def pai_jobs(model: CalibratedEstimator | None, constrain: bool, limit: int | None, arrivals_per_min: float | None,
