@@ -268,14 +268,14 @@ def _schedule(state: _State, jobs: Sequence[SimJob], demands: Sequence[_Demand],
     the old waiting jobs cannot fit (nothing was freed), so only the new arrivals are offered."""
     if not state.freed and not state.new:
         return
-    offer = _offer(state, shares) if state.freed else state.waiting.order_of(state.new, shares)
+    offer = _offer(state, shares) if state.freed else _covered(state, state.waiting.order_of(state.new, shares))
     state.new, state.freed = [], False
     memo = PassMemo()
     for i in _while_covered(state, offer):
         demand = demands[i]
         if memo.known_to_fail(demand.gpu_part, demand.sizes, demand.shape):
             continue
-        if not _could_start(state, jobs[i], demand):
+        if not _may_fit(state, jobs[i], demand):  # the free totals and whole GPUs cover it: _while_covered
             if demand.gpu_part not in memo.gpu_checked:  # is it the GPUs? then every job of that GPU part waits
                 memo.gpu_checked[demand.gpu_part] = _may_fit(state, jobs[i], demand, gpu_only=True)
             memo.could_not_start(demand.gpu_part, demand.sizes)
@@ -294,13 +294,10 @@ def _schedule_fluid(state: _State, jobs: Sequence[SimJob], demands: Sequence[_De
     """A pass over one pool: every waiting job whose totals the free totals cover starts, in queue order."""
     if not state.freed and not state.new:
         return
-    offer = _offer(state, shares) if state.freed else state.waiting.order_of(state.new, shares)
+    offer = _offer(state, shares) if state.freed else _covered(state, state.waiting.order_of(state.new, shares))
     state.new, state.freed = [], False
-    free = state.free
-    for i in _while_covered(state, offer):
+    for i in _while_covered(state, offer):  # each one the free totals cover when it comes
         demand = demands[i]
-        if demand.gpu_milli > free[0] or demand.cpu_milli > free[1] or demand.mem_mib > free[2]:
-            continue  # offered only because no job has started since it was checked
         result.decisions += 1
         state.waiting.remove(i)
         state.is_waiting[i] = False
@@ -320,7 +317,14 @@ def _while_covered(state: _State, offer: list[int]) -> Iterator[int]:
         at += 1
         now = (state.snapshot.generation, tuple(state.free))
         if now != seen and at < len(pending):
-            seen, pending, at = now, pending[at:][(state.totals[:, pending[at:]] <= _free_column(state)).all(axis=0)], 0
+            seen, pending, at = now, np.asarray(_covered(state, pending[at:]), dtype=np.int64), 0
+
+
+def _covered(state: _State, indices: Sequence[int] | np.ndarray) -> list[int]:
+    """``indices``, in their order, less the jobs whose totals the free totals do not cover."""
+    found = np.asarray(indices, dtype=np.int64)
+    kept: list[int] = found[(state.totals[:, found] <= _free_column(state)).all(axis=0)].tolist()
+    return kept
 
 
 def _free_column(state: _State) -> np.ndarray:

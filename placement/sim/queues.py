@@ -99,7 +99,7 @@ class _StaticQueue:
         return len(self.jobs)
 
     def ordered(self, shares: UserShares) -> Iterator[int]:
-        return (i for _, i in list(self.jobs.items))
+        return iter(list(self.jobs.order))
 
     def order_of(self, indices: list[int], shares: UserShares) -> list[int]:
         return sorted(indices, key=self.jobs.keys.__getitem__)  # stable: equal keys keep the callers' order

@@ -77,10 +77,15 @@ def settings_of(text: str) -> list[Setting]:
     return found
 
 
+def estimate_names(model: bool) -> tuple[str, str, str]:
+    """The estimates written into the anchor's ``user_dur``, ``group_dur`` and ``group_gpu_dur`` columns (with
+    ``model``, the champion's in place of the user estimate, the one the anchor's SJU reads)."""
+    return ("model" if model else "user", "group", "group-gpu")
+
+
 def same_inputs(jobs: list[SimJob], rate: float, model: bool) -> list[SimJob]:
-    """The jobs as both replays get them: the anchor's arrival batches, estimates filled by gpuplace's rule
-    (with ``model``, the champion's in place of the user estimate, the one the anchor's SJU reads)."""
-    names = ("model" if model else "user", "group", "group-gpu")
+    """The jobs as both replays get them: the anchor's arrival batches, estimates filled by gpuplace's rule."""
+    names = estimate_names(model)
     fills = {name: CausalMedian() for name in names}
     found = []
     for k, job in enumerate(jobs):
@@ -92,7 +97,7 @@ def same_inputs(jobs: list[SimJob], rate: float, model: bool) -> list[SimJob]:
 
 def write_anchor_csv(jobs: list[SimJob], path: Path, model: bool) -> None:
     """The jobs in the anchor's input format (its ``traces/pai`` table); totals per job, exact floats."""
-    names = ("model" if model else "user", "group", "group-gpu")
+    names = estimate_names(model)
     with path.open("w", newline="") as handle:
         out = csv.writer(handle)
         out.writerow(["job_id", "user", "num_gpu", "num_cpu", "num_pod", "duration", "job_name", "submit_time",
