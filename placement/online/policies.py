@@ -116,6 +116,20 @@ class OnePodFragmentation:
         return None
 
 
+class OnePodTypeDemand:
+    """Liquid's ``type-demand`` term, for the instances :func:`one_pod` picks (``None`` for the others, whose GPU
+    type the tier weighs, with the network and load terms)."""
+
+    name = "one-pod-type-demand"
+
+    def __init__(self, demand: TypeDemand) -> None:
+        self.demand = demand
+        self.unit = demand.unit
+
+    def cost(self, step: Step) -> Costs | None:
+        return self.demand.cost(step) if one_pod(step) else None
+
+
 def frag_weight(config: PlacementConfig) -> float:
     """Liquid's w_frag: a step of added fragmentation outweighs the load and type terms together."""
     return 2.0 * (config.w_load + config.w_scarce)
@@ -126,7 +140,7 @@ def liquid_terms(fragmentation: Fragmentation) -> tuple[Term, ...]:
     return (Term(SCORERS["network"], lambda c: c.w_network), Term(ForGangs("load"), lambda c: c.w_load),
             Term(ForGangs("scarcity"), lambda c: c.w_scarce), Term(ForGangs("best-fit"), EPSILON),
             Term(SCORERS["type-cost"], lambda c: c.w_network), Term(OnePodFragmentation(fragmentation), frag_weight),
-            Term(TypeDemand(fragmentation.mix), frag_weight))
+            Term(OnePodTypeDemand(TypeDemand(fragmentation.mix)), frag_weight))
 
 
 def fgd_terms(fragmentation: Fragmentation) -> tuple[Term, ...]:
