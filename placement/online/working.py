@@ -28,31 +28,42 @@ IntArray = npt.NDArray[np.int64]
 T = TypeVar("T")
 
 
-@dataclass
 class Candidates:
     """Per machine: can it host the instance (``ok``) and the code of the first filter it fails
-    (``reason``, worked out when first read: a job that fits never needs it)."""
+    (``reason``, worked out when first read: a job that fits never needs it).
 
-    ok: BoolArray
-    free_whole: IntArray
-    reasons_now: Callable[[], IntArray]
-    """Computes the codes of every machine from the working state as it is."""
-    _reason: IntArray | None = None
+    A view of what the working state keeps for the demand: the state holds no reference to it, so a state,
+    which refers to its arrays and kept masks only, is freed as soon as its decision is done rather than by
+    the cyclic collector (which, with a state per decision left for it, set the p99 of large gangs)."""
+
+    __slots__ = ("_kept", "_working", "free_whole", "ok")
+
+    def __init__(self, ok: BoolArray, free_whole: IntArray, kept: _Kept, working: WorkingState) -> None:
+        self.ok, self.free_whole, self._kept, self._working = ok, free_whole, kept, working
 
     @property
     def reason(self) -> IntArray:
-        if self._reason is None:
-            self._reason = self.reasons_now()
-        return self._reason
+        kept = self._kept
+        if kept.reason is None:
+            working = self._working
+            kept.reason = (kept.chain.codes(kept.masks, working.n_machines) if working.changes == kept.changes
+                           else kept.chain.first_failing(working))
+        return kept.reason
 
 
 @dataclass
 class _Kept:
-    """The candidates of one demand, and how many takes they have seen."""
+    """What the candidates of one demand are read from, and how many takes they have seen: per machine whether
+    it passes and its free whole GPUs, the filters' masks as of ``changes`` (the codes while the usage is
+    unchanged) and the codes once read (kept up to date from then on)."""
 
     seen: int
-    candidates: Candidates
+    ok: BoolArray
+    free_whole: IntArray
     chain: Chain
+    masks: list[BoolArray]
+    changes: int
+    reason: IntArray | None = None
 
 
 class WorkingState:
@@ -150,20 +161,18 @@ class WorkingState:
             chain = chain_for(need)
             passing, masks = self.remember(("candidates", need), lambda: chain.masks(self))
             ok = passing.copy() if not self._owned else passing
-            changes = self._changes
-            result = Candidates(ok, self.free_whole.copy(), lambda: chain.codes(masks, self.n_machines)
-                                if self._changes == changes else chain.first_failing(self))
-            cached = self._cache[need] = _Kept(len(self._touched), result, chain)
+            cached = self._cache[need] = _Kept(len(self._touched), ok, self.free_whole.copy(), chain, masks,
+                                               self._changes)
         else:
-            result, chain = cached.candidates, cached.chain
+            chain = cached.chain
             for m in set(self._touched[cached.seen:]):
                 code = chain.first_failing_at(self, m)
-                result.ok[m], result.free_whole[m] = code == OK, self.free_whole[m]
-                if result._reason is not None:
-                    result._reason[m] = code
+                cached.ok[m], cached.free_whole[m] = code == OK, self.free_whole[m]
+                if cached.reason is not None:
+                    cached.reason[m] = code
             cached.seen = len(self._touched)
         self._last = (need, cached)
-        return result
+        return Candidates(cached.ok, cached.free_whole, cached, self)
 
     def fits(self, need: Need, machine: int) -> bool:
         """Whether ``machine`` can host one more instance of ``need`` now: ``candidates(need).ok[machine]``,
