@@ -18,7 +18,10 @@ over the machines the filters pass (``placement.filters``); lower is better.
   the machine's type, ``placement.online.type_cost``) weighs the type instead of the tier, for every
   instance. For lone instances, the tier sent pods that could go anywhere to the low-tier types restricted
   pods need, and the load term and best fit broke the ties of a fragmentation step worse than cluster
-  order (docs/placement.md has the figures); they apply to multi-instance jobs only.
+  order (docs/placement.md has the figures); they apply to multi-instance jobs only. ``type-demand`` applies
+  to every instance (w_frag x its cost, once some recent instance was restricted), the instances of a
+  multi-instance job included, beside the tier: one pressure per decision, that of the snapshot it started
+  from.
 * ``first-fit`` - the first machine, in cluster order, that fits (``machine-order``).
 * ``pack`` - the PAI paper's reserving-and-packing: jobs of at least ``big_job_gpus`` GPUs go to the
   highest-tier machines, smaller ones to the lowest (10 x ``tier``); within a tier, the busiest
@@ -116,20 +119,6 @@ class OnePodFragmentation:
         return None
 
 
-class OnePodTypeDemand:
-    """Liquid's ``type-demand`` term, for the instances :func:`one_pod` picks (``None`` for the others, whose GPU
-    type the tier weighs, with the network and load terms)."""
-
-    name = "one-pod-type-demand"
-
-    def __init__(self, demand: TypeDemand) -> None:
-        self.demand = demand
-        self.unit = demand.unit
-
-    def cost(self, step: Step) -> Costs | None:
-        return self.demand.cost(step) if one_pod(step) else None
-
-
 def frag_weight(config: PlacementConfig) -> float:
     """Liquid's w_frag: a step of added fragmentation outweighs the load and type terms together."""
     return 2.0 * (config.w_load + config.w_scarce)
@@ -140,7 +129,7 @@ def liquid_terms(fragmentation: Fragmentation) -> tuple[Term, ...]:
     return (Term(SCORERS["network"], lambda c: c.w_network), Term(ForGangs("load"), lambda c: c.w_load),
             Term(ForGangs("scarcity"), lambda c: c.w_scarce), Term(ForGangs("best-fit"), EPSILON),
             Term(SCORERS["type-cost"], lambda c: c.w_network), Term(OnePodFragmentation(fragmentation), frag_weight),
-            Term(OnePodTypeDemand(TypeDemand(fragmentation.mix)), frag_weight))
+            Term(TypeDemand(fragmentation.mix), frag_weight))
 
 
 def fgd_terms(fragmentation: Fragmentation) -> tuple[Term, ...]:

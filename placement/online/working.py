@@ -84,7 +84,6 @@ class WorkingState:
         self.free_whole = snapshot.machine_free_whole
         self.n_machines = len(self.cpu)
         self._share = snapshot.machine_share
-        self._type_free: npt.NDArray[np.float64] | None = None
         self._owned = False
         """Whether the arrays are this state's copies (after the first take or restore)."""
         self._touched: list[int] = []  # machines changed by take, in order (for incremental candidates)
@@ -101,8 +100,6 @@ class WorkingState:
         self.cpu, self.mem = self.cpu.copy(), self.mem.copy()
         self.machine_milli, self.free_whole = self.machine_milli.copy(), self.free_whole.copy()
         self._share = self._share.copy()
-        if self._type_free is not None:
-            self._type_free = self._type_free.copy()
         self._owned = True
 
     @property
@@ -130,24 +127,10 @@ class WorkingState:
         self.gpu_milli, self.gpu_mem, self.cpu, self.mem, self.machine_milli, self.free_whole = (
             a.copy() for a in saved)
         self._share = allocated_share(self.layout, self.machine_milli, self.cpu)
-        self._type_free = None
         self._owned = True
         self._cache.clear()
         self._last = None
         self._changes += 1
-
-    def type_free(self) -> npt.NDArray[np.float64]:
-        """Free milli-GPUs per GPU type (as ``ClusterSnapshot.type_free_milli``), kept up to date by
-        :meth:`take`; read-only for callers."""
-        if self._type_free is None:
-            if self._owned:
-                layout = self.layout
-                free = np.bincount(layout.gpu_type[layout.gpu_machine], weights=MILLI - self.gpu_milli,
-                                   minlength=len(layout.gpu_types))
-                self._type_free = free.astype(np.float64, copy=False)
-            else:
-                self._type_free = self.snapshot.type_free_milli
-        return self._type_free
 
     def candidates(self, need: Need) -> Candidates:
         """Which machines can host one more instance of ``need`` now, and why not.
@@ -208,8 +191,6 @@ class WorkingState:
             taken = need.gpu_milli * (need.whole_gpus or 1) * count
             milli += taken
             self.machine_milli[machine] = milli
-            if self._type_free is not None:
-                self._type_free[layout.gpu_type.item(machine)] -= taken
         cpu = self.cpu.item(machine) + need.cpu_milli * count
         self.cpu[machine] = cpu
         if need.mem_mib:

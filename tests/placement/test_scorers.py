@@ -124,7 +124,7 @@ def test_the_policies_are_the_sums_their_docstring_writes() -> None:
             if frag is not None:
                 liquid = liquid + 2.0 * (config.w_load + config.w_scarce) * frag
             demand = TypeDemand(mirror.mix).cost(step)  # the "curve" job is restricted: it applies after it
-            if demand is not None and one_pod:  # other instances: the tier weighs the type
+            if demand is not None:
                 liquid = liquid + 2.0 * (config.w_load + config.w_scarce) * demand
             assert chooser(step).tolist() == liquid.tolist()
             pack = TIER_WEIGHT * cost["tier"] + cost["most-allocated"]

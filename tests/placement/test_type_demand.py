@@ -13,7 +13,7 @@ from placement.model.snapshot import ClusterSnapshot
 from placement.online.greedy import PlacementConfig
 from placement.online.policies import OnePodFragmentation, online_policy
 from placement.online.scorers.fragmentation import Fragmentation
-from placement.online.scorers.type_demand import PRESSURE_CAP, type_pressure
+from placement.online.scorers.type_demand import PRESSURE_CAP, STEPS_PER_PRESSURE, TypeDemand, type_pressure
 from tests.placement.test_fragmentation import pod, used
 from tests.placement.test_scorers import steps
 
@@ -63,3 +63,21 @@ def test_liquid_weighs_fragmentation_for_one_pod_jobs_and_shares_only() -> None:
     # the gang was still counted in the shape mix
     assert any(s.gpus == 1 and s.gpu_milli == MILLI for s in term.fragmentation.mix.current().shapes)
     assert np.isfinite(np.asarray(term.cost(one))).all()
+
+
+def test_every_instance_of_a_job_meets_the_pressure_of_the_snapshot_it_started_from() -> None:
+    """A gang's own GPUs are not restricted demand: its second instance pays what its first did on each type,
+    though the first took a T4 GPU (the working state's T4 share fell from a half to a third)."""
+    snapshot = ClusterSnapshot.empty(build_cluster("synthetic", MACHINES))
+    scorer = Fragmentation()
+    demand = TypeDemand(scorer.mix)
+    scorer.mix.observe(pod("t4", 1, gpu_types=frozenset({"T4"})))
+    scorer.mix.observe(pod("any", 3))
+    gang = Job("gang", (Task(Role.WORKER, 2, gpu=1.0, cpu_cores=1, mem_gib=1),))
+    first, second = steps(snapshot, gang, PlacementConfig(), 0), steps(snapshot, gang, PlacementConfig(), 1)
+    assert second.working.gpu_milli.sum() == MILLI  # the first instance is taken in the second's state
+    expected = STEPS_PER_PRESSURE * type_pressure(snapshot.layout, snapshot.gpu_milli_used, {("T4",): 1000}, 4000)
+    for step in (first, second):
+        cost = demand.cost(step)
+        assert cost is not None and cost.tolist() == expected.tolist() == [12.5, 0.0]
+        assert demand.cost_at(step, np.array([1, 0])).tolist() == [0.0, 12.5]

@@ -17,6 +17,8 @@ local to a machine and cannot see that the free GPUs of a rare type are the only
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from placement.model.layout import MILLI, FloatArray, IntArray, Layout
@@ -75,15 +77,42 @@ class TypeDemand:
         self.mix = mix
 
     def cost(self, step: Step) -> Costs | None:
+        per_type = self._per_type(step)
+        if per_type is None:
+            return None
+        result: FloatArray = per_type[step.working.layout.gpu_type]
+        return result
+
+    def local(self, step: Step) -> bool:
+        return True  # one pressure per decision (``_per_type``): a machine's cost is its type's
+
+    def cost_at(self, step: Step, machines: IntArray) -> Costs | None:
+        per_type = self._per_type(step)
+        if per_type is None:
+            return None
+        result: FloatArray = per_type[step.working.layout.gpu_type[machines]]
+        return result
+
+    def _per_type(self, step: Step) -> FloatArray | None:
+        """The cost per GPU type, ``None`` where the term does not apply: the pressure on the free GPUs of the
+        snapshot the decision started from, so the same for every instance of the job (kept in ``step.memo``,
+        the task's). The instances of one gang are not the restricted demand the term is about: with the
+        pressure worked out again after each of them, a gang's own GPUs turned its later instances away from
+        the type it began on, and a 16-instance gang paid a quarter of its decision for it."""
+        found = step.memo.get(self)
+        if found is None:
+            found = step.memo[self] = (self._pressure(step),)
+        kept: FloatArray | None = cast(tuple[FloatArray | None], found)[0]
+        return kept
+
+    def _pressure(self, step: Step) -> FloatArray | None:
         task, model = step.job.tasks[step.task_index], step.config.speed
         if task.gpu <= 0 or task.gpu_types or (model is not None and measures(model, step.job.workload_class)):
             return None
         demand = self.mix.restricted_demand()
         if not demand:
             return None
-        working = step.working
-        # per type, then per machine: the same products as per machine, for a handful of types
-        per_type = STEPS_PER_PRESSURE * pressure_by_type(working.layout, working.type_free(), demand,
-                                                         self.mix.gpu_demand())
-        result: FloatArray = per_type[working.layout.gpu_type]
+        snapshot = step.working.snapshot
+        result: FloatArray = STEPS_PER_PRESSURE * pressure_by_type(snapshot.layout, snapshot.type_free_milli, demand,
+                                                                   self.mix.gpu_demand())
         return result
