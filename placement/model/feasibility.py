@@ -114,6 +114,42 @@ def _over_capacity(snapshot: ClusterSnapshot, allocation: Allocation) -> list[st
     return problems
 
 
+def crowded_by(snapshot: ClusterSnapshot, allocation: Allocation, other: Allocation) -> bool:
+    """Whether ``allocation`` (of a job not in ``snapshot``) goes over a capacity of ``snapshot`` once ``other``
+    is placed there too: the capacity checks of :func:`violations` on ``snapshot`` with ``other`` applied, reading
+    only the GPUs and machines ``allocation`` holds (no copy of the snapshot)."""
+    gpu_add: dict[int, list[int]] = {}
+    machine_add: dict[int, list[int]] = {}
+    for p in allocation.instances:
+        for g in p.gpus:
+            added = gpu_add.setdefault(g, [0, 0])
+            added[0] += p.gpu_milli
+            added[1] += p.gpu_mem_mib
+        added = machine_add.setdefault(p.machine, [0, 0])
+        added[0] += p.cpu_milli
+        added[1] += p.mem_mib
+    for p in other.instances:
+        for g in p.gpus:
+            on_gpu = gpu_add.get(g)
+            if on_gpu is not None:
+                on_gpu[0] += p.gpu_milli
+                on_gpu[1] += p.gpu_mem_mib
+        on_machine = machine_add.get(p.machine)
+        if on_machine is not None:
+            on_machine[0] += p.cpu_milli
+            on_machine[1] += p.mem_mib
+    layout = snapshot.layout
+    gpu_used, gpu_mem_used, gpu_mem_cap = snapshot.gpu_milli_used, snapshot.gpu_mem_used, layout.gpu_mem_cap
+    for g, (milli, mem) in gpu_add.items():
+        if gpu_used.item(g) + milli > MILLI or gpu_mem_used.item(g) + mem > gpu_mem_cap.item(g):
+            return True
+    for m, (cpu, mem) in machine_add.items():
+        if snapshot.cpu_used.item(m) + cpu > layout.cpu_cap.item(m) or \
+                snapshot.mem_used.item(m) + mem > layout.mem_cap.item(m):
+            return True
+    return False
+
+
 def _over_capacity_numpy(snapshot: ClusterSnapshot, allocation: Allocation) -> list[str]:
     """:func:`_over_capacity` for an allocation of many GPUs, summed per GPU and per machine in numpy."""
     layout, instances = snapshot.layout, allocation.instances

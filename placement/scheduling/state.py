@@ -18,7 +18,7 @@ from types import MappingProxyType
 
 from placement.model.decision import Decision
 from placement.model.demand import Job
-from placement.model.feasibility import violations
+from placement.model.feasibility import crowded_by
 from placement.model.snapshot import Allocation, ClusterSnapshot, apply, release
 from placement.online.policies import OnlinePolicy
 from placement.scheduling.jobs import JobMode, PendingJob, RunningJob
@@ -48,10 +48,13 @@ class Held:
     future: ClusterSnapshot
 
     def delayed_by(self, allocation: Allocation, end_s: float) -> bool:
-        """Whether a job holding ``allocation`` until ``end_s`` would take what the reserved job needs."""
+        """Whether a job holding ``allocation`` until ``end_s`` would take what the reserved job needs. The
+        reserved place was checked whole when it was reserved, and the forecast has since gained only jobs
+        that leave it room: what is left to check is capacity, on what the place holds."""
         if end_s <= self.reservation.at_s:
             return False
-        return bool(violations(apply(self.future, allocation), self.job, self.reservation.allocation))
+        return allocation.job_id == self.reservation.job_id or crowded_by(self.future, self.reservation.allocation,
+                                                                         allocation)
 
 
 @dataclass

@@ -372,3 +372,17 @@ def test_state_ids_carried_by_a_commit_are_those_worked_out_afresh(snapshot: Clu
                                after.cpu_used, after.mem_used)
         assert np.array_equal(after.state_ids(), afresh.state_ids())
         assert np.array_equal(near.state_ids(near=snapshot), afresh.state_ids())
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # most pairs do not both fit
+@given(snapshot=occupied(), job=jobs("a"), other=jobs("b"))
+def test_crowded_by_is_the_capacity_check_of_the_snapshot_with_the_other_applied(snapshot: ClusterSnapshot,
+                                                                                   job: Job, other: Job) -> None:
+    """``crowded_by`` (what a reservation's ``delayed_by`` asks) answers as the full check on a copy did: two
+    jobs placed on the same snapshot by first fit, so that they often want the same GPUs."""
+    place = online_policy("first-fit", explain=False)
+    mine, theirs = place(snapshot, job).allocation, place(snapshot, other).allocation
+    if mine is None or theirs is None:
+        return
+    want = bool(feasibility.violations(apply(snapshot, theirs), job, mine))
+    assert feasibility.crowded_by(snapshot, mine, theirs) == want
