@@ -32,6 +32,7 @@ from placement.filters.base import usage_of
 from placement.filters.chain import chain_for
 from placement.model.decision import Decision
 from placement.model.demand import Job
+from placement.model.feasibility import MANY_GPUS
 from placement.model.snapshot import MILLI, Allocation, ClusterSnapshot, release
 from placement.scheduling.future import Future
 from placement.scheduling.jobs import PendingJob
@@ -47,16 +48,24 @@ WORKING, FENCED, RESERVING = "working", "fenced", "reserving"
 def fenced(snapshot: ClusterSnapshot, allocations: Iterable[Allocation]) -> ClusterSnapshot:
     """``snapshot`` with ``allocations``' GPUs, CPU and memory also taken, capped at capacity (a fence, not
     an allocation: it keeps others off, and its owners are not in ``allocations``)."""
-    layout = snapshot.layout
+    layout, instances = snapshot.layout, [p for allocation in allocations for p in allocation.instances]
     gpu, gpu_mem = snapshot.gpu_milli_used.copy(), snapshot.gpu_mem_used.copy()
     cpu, mem = snapshot.cpu_used.copy(), snapshot.mem_used.copy()
-    for allocation in allocations:
-        for p in allocation.instances:
+    if sum(len(p.gpus) for p in instances) < MANY_GPUS:
+        for p in instances:
             for g in p.gpus:
                 gpu[g] += p.gpu_milli
                 gpu_mem[g] += p.gpu_mem_mib
             cpu[p.machine] += p.cpu_milli
             mem[p.machine] += p.mem_mib
+    else:  # thousands of GPUs, as places on a large node hold: added up in numpy
+        held = [len(p.gpus) for p in instances]
+        at = np.fromiter((g for p in instances for g in p.gpus), dtype=np.int64, count=sum(held))
+        machines = np.array([p.machine for p in instances], dtype=np.int64)
+        np.add.at(gpu, at, np.repeat(np.array([p.gpu_milli for p in instances], dtype=np.int64), held))
+        np.add.at(gpu_mem, at, np.repeat(np.array([p.gpu_mem_mib for p in instances], dtype=np.int64), held))
+        np.add.at(cpu, machines, np.array([p.cpu_milli for p in instances], dtype=np.int64))
+        np.add.at(mem, machines, np.array([p.mem_mib for p in instances], dtype=np.int64))
     arrays = (np.minimum(gpu, MILLI), np.minimum(gpu_mem, layout.gpu_mem_cap), np.minimum(cpu, layout.cpu_cap),
               np.minimum(mem, layout.mem_cap))
     for array in arrays:
