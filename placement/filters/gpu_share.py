@@ -15,7 +15,7 @@ import numpy as np
 
 from placement.filters.base import UNBOUNDED, Usage, most
 from placement.model.feasibility import Need
-from placement.model.layout import MIB_PER_GIB, MILLI, BoolArray, IntArray, frozen
+from placement.model.layout import MIB_PER_GIB, MILLI, BoolArray, IntArray, Layout, frozen
 
 FEW_GPUS_PER_MACHINE = 64
 """Up to this many GPUs a machine's GPUs are handled as Python integers (faster than numpy calls);
@@ -56,6 +56,11 @@ def shares_on(usage: Usage, need: Need, machine: int, enough: int = UNBOUNDED) -
     first = int(layout.gpu_first[machine])
     span = slice(first, first + int(layout.gpu_count[machine]))
     if span.stop - span.start > FEW_GPUS_PER_MACHINE:
+        if enough == 1:  # whether one GPU takes a share: four array operations, not the count of every GPU's room
+            caps, mem_need = layout.gpu_mem_cap[span], _share_mem(layout, need)
+            per_gpu = mem_need if isinstance(mem_need, int) else mem_need[span]
+            return int(bool(np.any((usage.gpu_milli[span] + need.gpu_milli <= MILLI) & (caps > 0)
+                                   & (usage.gpu_mem[span] + per_gpu <= caps))))
         return int(share_room_per_gpu(usage.gpu_milli[span], usage.gpu_mem[span], layout.gpu_mem_cap[span],
                                       need).sum())
     room = 0
@@ -67,6 +72,15 @@ def shares_on(usage: Usage, need: Need, machine: int, enough: int = UNBOUNDED) -
         if room >= enough:
             break
     return room
+
+
+def _share_mem(layout: Layout, need: Need) -> int | IntArray:
+    """GPU memory (MiB) one share of ``need`` takes: its own figure, or per GPU of the layout in proportion (kept
+    per share with the layout: the same few shares come again and again; read-only)."""
+    if need.gpu_mem_mib >= 0:
+        return need.gpu_mem_mib
+    return layout.derived.share_mem.get(need.share_mem,
+                                        lambda: frozen(proportional_per_gpu(layout.gpu_mem_cap, need.share_mem)))
 
 
 class GpuShare:
@@ -81,9 +95,7 @@ class GpuShare:
             return usage.layout.derived.all_machines
         layout = usage.layout
         cap = layout.gpu_mem_cap
-        mem_need = (need.gpu_mem_mib if need.gpu_mem_mib >= 0 else  # the same few shares come again and again
-                    layout.derived.share_mem.get(need.share_mem,
-                                                 lambda: frozen(proportional_per_gpu(cap, need.share_mem))))
+        mem_need = _share_mem(layout, need)
         on_gpu = (usage.gpu_milli + need.gpu_milli <= MILLI) & (usage.gpu_mem + mem_need <= cap) & (cap > 0)
         fits: BoolArray = np.zeros(len(layout.cpu_cap), dtype=bool)
         fits[layout.gpu_machine[on_gpu]] = True  # a machine passes if any of its GPUs does
