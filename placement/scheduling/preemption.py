@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 import numpy as np
 
@@ -60,6 +61,42 @@ def _cost(state: CycleState, victim: RunningJob) -> tuple[int, float, float, flo
             -remaining if not math.isnan(remaining) else 0.0, victim.job_id)
 
 
+class _Futures(Sequence[ClusterSnapshot]):
+    """Each reservation's forecast without the trial's victims (``gone``), released from it when first read: most
+    trials fail before any forecast is read, and releasing every victim from every forecast at once was a fifth
+    of a queued replay. A victim absent from a forecast (it ends before the reservation is due) leaves it as it is."""
+
+    def __init__(self, base: list[ClusterSnapshot]) -> None:
+        self.base = base
+        self.gone: tuple[str, ...] = ()
+        self._made: dict[int, tuple[tuple[str, ...], ClusterSnapshot]] = {}
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    @overload
+    def __getitem__(self, i: int) -> ClusterSnapshot: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[ClusterSnapshot]: ...
+
+    def __getitem__(self, i: int | slice) -> ClusterSnapshot | Sequence[ClusterSnapshot]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(len(self.base))[i]]
+        kept = self._made.get(i)
+        if kept is not None and kept[0] == self.gone:
+            return kept[1]
+        done, future = (kept if kept is not None and self.gone[:len(kept[0])] == kept[0]  # a victim more: one release
+                        else ((), self.base[i]))
+        for job_id in self.gone[len(done):]:
+            future = release(future, job_id)
+        self._made[i] = (self.gone, future)
+        return future
+
+    def __iter__(self) -> Iterator[ClusterSnapshot]:
+        return (self[i] for i in range(len(self.base)))
+
+
 @dataclass
 class _Trial:
     """The cycle's state with some victims gone: the snapshot, the book and each reservation's forecast."""
@@ -70,7 +107,7 @@ class _Trial:
     end_s: float
     snapshot: ClusterSnapshot
     book: QuotaBook
-    futures: list[ClusterSnapshot]
+    futures: _Futures
     _beside: dict[int, tuple[ClusterSnapshot, ClusterSnapshot]] = field(default_factory=dict)
 
     def beside(self, state: CycleState, i: int) -> tuple[Hashable, ClusterSnapshot]:
@@ -85,15 +122,13 @@ class _Trial:
     def remove(self, victim: RunningJob) -> None:
         self._count(victim, -1)
         self.snapshot = release(self.snapshot, victim.job_id)
-        self.futures = [release(future, victim.job_id) for future in self.futures]
+        self.futures.gone += (victim.job_id,)
 
     def restore(self, victim: RunningJob) -> None:
         self._count(victim, +1)
         allocation = self.state.working.allocations[victim.job_id]
         self.snapshot = apply(self.snapshot, allocation)
-        # back into the forecasts that held it: those of reservations due before it was estimated to end
-        self.futures = [apply(future, allocation) if victim.job_id in held.future.allocations else future
-                        for future, held in zip(self.futures, self.state.held, strict=True)]
+        self.futures.gone = tuple(job_id for job_id in self.futures.gone if job_id != victim.job_id)
 
     def _count(self, victim: RunningJob, sign: int) -> None:
         if victim.job_id in self.state.counted:
@@ -124,7 +159,8 @@ def find_victims(state: CycleState, pending: PendingJob, job: Job, end_s: float)
     streams = ("victims", pending.queue, pending.priority, reclaiming)
     if state.screen is not None and not could_start(state, streams, job, end_s, candidates):
         return None
-    trial = _Trial(state, pending, job, end_s, state.working, state.book.copy(), [h.future for h in state.held])
+    trial = _Trial(state, pending, job, end_s, state.working, state.book.copy(),
+                   _Futures([h.future for h in state.held]))
     chosen: list[RunningJob] = []
     found = None
     for victim in candidates:
