@@ -4,8 +4,10 @@ preempted whole, guarantees are never taken, and opportunistic jobs live outside
 from __future__ import annotations
 
 from placement.model.snapshot import ClusterSnapshot, apply
+from placement.online.policies import online_policy
 from placement.scheduling.jobs import JobMode
 from placement.scheduling.plan import PreemptReason, WaitReason, apply_plan
+from placement.scheduling.preemption import _Futures
 from tests.placement.scheduling_cases import (
     FIRST_FIT,
     gpu_job,
@@ -135,3 +137,30 @@ def test_a_guaranteed_job_that_waited_long_enough_starts_opportunistically() -> 
     plan = plan_of(empty, jobs, [], qs, now=100.0, opportunistic_after_s=60.0)
     assert started(plan) == ["over"] and plan.starts[0].mode is OPP
     assert plan_of(empty, jobs, [], qs, now=30.0, opportunistic_after_s=60.0).starts == ()
+
+
+def test_a_trial_reads_each_forecast_without_the_victims_it_held() -> None:
+    """A trial's forecasts are released lazily: read after victims come and go, each is its forecast without the
+    victims still gone, those it never held leaving it as it was, whatever was read before."""
+    cluster = synthetic_cluster(4, 4)
+    empty = ClusterSnapshot.empty(cluster)
+    place = online_policy("first-fit", explain=False)
+    a = place(empty, gpu_job("a", 2)).allocation
+    assert a is not None
+    only_a = apply(empty, a)
+    b = place(only_a, gpu_job("b", 2)).allocation
+    assert b is not None
+    both = apply(only_a, b)
+    futures = _Futures([both, only_a])
+
+    def held(k: int) -> set[str]:
+        return set(futures[k].allocations)
+
+    futures.gone = ("a",)
+    assert held(0) == {"b"} and held(1) == set()
+    futures.gone = ("a", "b")  # one victim more: released from what was read
+    assert held(0) == set() and futures[0].gpu_milli_used.sum() == 0 and held(1) == set()
+    futures.gone = ("b",)  # "a" given back
+    assert [set(f.allocations) for f in futures] == [{"a"}, {"a"}]
+    sliced = futures[0:2]
+    assert futures[1] is only_a and [f.gpu_milli_used.tolist() for f in sliced] == [only_a.gpu_milli_used.tolist()] * 2
