@@ -82,7 +82,29 @@ def _over_capacity(snapshot: ClusterSnapshot, allocation: Allocation) -> list[st
     allocation holds)."""
     if sum(len(p.gpus) for p in allocation.instances) >= MANY_GPUS:
         return _over_capacity_numpy(snapshot, allocation)
-    layout = snapshot.layout
+    return _capacity_problems(snapshot, *_held(allocation))
+
+
+def crowded_by(snapshot: ClusterSnapshot, allocation: Allocation, other: Allocation) -> bool:
+    """Whether ``allocation`` (of a job not in ``snapshot``) goes over a capacity of ``snapshot`` once ``other``
+    is placed there too: the capacity checks of :func:`violations` on ``snapshot`` with ``other`` applied, reading
+    only the GPUs and machines ``allocation`` holds (no copy of the snapshot)."""
+    gpu_add, machine_add = _held(allocation)
+    for p in other.instances:
+        for g in p.gpus:
+            on_gpu = gpu_add.get(g)
+            if on_gpu is not None:
+                on_gpu[0] += p.gpu_milli
+                on_gpu[1] += p.gpu_mem_mib
+        on_machine = machine_add.get(p.machine)
+        if on_machine is not None:
+            on_machine[0] += p.cpu_milli
+            on_machine[1] += p.mem_mib
+    return bool(_capacity_problems(snapshot, gpu_add, machine_add))
+
+
+def _held(allocation: Allocation) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """What ``allocation`` holds per GPU (share, GPU memory) and per machine (CPU, memory)."""
     gpu_add: dict[int, list[int]] = {}
     machine_add: dict[int, list[int]] = {}
     for p in allocation.instances:
@@ -99,6 +121,13 @@ def _over_capacity(snapshot: ClusterSnapshot, allocation: Allocation) -> list[st
         else:
             added[0] += p.cpu_milli
             added[1] += p.mem_mib
+    return gpu_add, machine_add
+
+
+def _capacity_problems(snapshot: ClusterSnapshot, gpu_add: dict[int, list[int]],
+                       machine_add: dict[int, list[int]]) -> list[str]:
+    """The first capacity each of GPU share, GPU memory, CPU and memory goes over with these amounts added."""
+    layout = snapshot.layout
     gpus, machines = sorted(gpu_add), sorted(machine_add)
     problems = []
     for name, index, used, adds, column, limit_of in (
@@ -112,42 +141,6 @@ def _over_capacity(snapshot: ClusterSnapshot, allocation: Allocation) -> list[st
                 problems.append(f"{name} over capacity at index {at}: {total} > {limit}")
                 break
     return problems
-
-
-def crowded_by(snapshot: ClusterSnapshot, allocation: Allocation, other: Allocation) -> bool:
-    """Whether ``allocation`` (of a job not in ``snapshot``) goes over a capacity of ``snapshot`` once ``other``
-    is placed there too: the capacity checks of :func:`violations` on ``snapshot`` with ``other`` applied, reading
-    only the GPUs and machines ``allocation`` holds (no copy of the snapshot)."""
-    gpu_add: dict[int, list[int]] = {}
-    machine_add: dict[int, list[int]] = {}
-    for p in allocation.instances:
-        for g in p.gpus:
-            added = gpu_add.setdefault(g, [0, 0])
-            added[0] += p.gpu_milli
-            added[1] += p.gpu_mem_mib
-        added = machine_add.setdefault(p.machine, [0, 0])
-        added[0] += p.cpu_milli
-        added[1] += p.mem_mib
-    for p in other.instances:
-        for g in p.gpus:
-            on_gpu = gpu_add.get(g)
-            if on_gpu is not None:
-                on_gpu[0] += p.gpu_milli
-                on_gpu[1] += p.gpu_mem_mib
-        on_machine = machine_add.get(p.machine)
-        if on_machine is not None:
-            on_machine[0] += p.cpu_milli
-            on_machine[1] += p.mem_mib
-    layout = snapshot.layout
-    gpu_used, gpu_mem_used, gpu_mem_cap = snapshot.gpu_milli_used, snapshot.gpu_mem_used, layout.gpu_mem_cap
-    for g, (milli, mem) in gpu_add.items():
-        if gpu_used.item(g) + milli > MILLI or gpu_mem_used.item(g) + mem > gpu_mem_cap.item(g):
-            return True
-    for m, (cpu, mem) in machine_add.items():
-        if snapshot.cpu_used.item(m) + cpu > layout.cpu_cap.item(m) or \
-                snapshot.mem_used.item(m) + mem > layout.mem_cap.item(m):
-            return True
-    return False
 
 
 def _over_capacity_numpy(snapshot: ClusterSnapshot, allocation: Allocation) -> list[str]:
