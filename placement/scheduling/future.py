@@ -88,6 +88,8 @@ class Future:
             can = type_mask_of(layout, need.gpu_types) if need.gpu_types else np.ones(len(followed), dtype=bool)
             followed |= can & (layout.gpu_count > 0) if need.gpu_milli else can
         self.followed: list[bool] = followed.tolist()
+        self.stale: set[int] = set()
+        """Machines released on since the rooms were last brought up to date (when the totals first allow it)."""
 
     def release(self, allocation: Allocation) -> None:
         """The job holding ``allocation`` ended."""
@@ -115,13 +117,20 @@ class Future:
             view.cpu[m] = min(left + f_cpu.get(m, 0), int(caps[2][m]))
             left = mem[m] = mem.get(m, int(arrays[3][m])) - p.mem_mib
             view.mem[m] = min(left + f_mem.get(m, 0), int(caps[3][m]))
-        for room in self.rooms:
-            room.update(view, machines)
+        self.stale |= machines
 
     def could_fit(self) -> bool:
         """Whether the job could fit now (``False``: it cannot): its totals are free, and the machines fenced
-        have room for each of its demands' instances."""
-        return all(w <= f for w, f in zip(self.wanted, self.free, strict=True)) and all(r.enough() for r in self.rooms)
+        have room for each of its demands' instances. The rooms are brought up to date only once the totals
+        are free: while they are not, releases only add up (on a machine of a thousand GPUs, working out its
+        room for a share costs a pass over them)."""
+        if not all(w <= f for w, f in zip(self.wanted, self.free, strict=True)):
+            return False
+        if self.stale:
+            for room in self.rooms:
+                room.update(self.view, self.stale)
+            self.stale = set()
+        return all(r.enough() for r in self.rooms)
 
     def snapshot(self, released: Sequence[str] | None = None) -> ClusterSnapshot:
         """The snapshot as it is now (unfenced); its allocations map is the base's, without ``released`` where
