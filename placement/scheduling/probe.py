@@ -4,16 +4,19 @@
 around the reservations (``placement.scheduling.forecast.place_around``): placed on the snapshot fenced
 by every reservation, or placed anywhere where it delays no reservation due before it may end. Taking
 victims away only frees capacity, so with every candidate gone (the snapshot ``S``) the job has at least
-the room any trial gives it. On ``S`` it fits around the reservations only if, for each of its demands,
-the machines have room for all its instances of that demand (the filters' count per machine, as in
-``placement.scheduling.screen``)
+the room any trial gives it. Each way of fitting places the job on the snapshot ``T``: ``S`` where, on
+every GPU and machine of a reservation ``R`` due before the job may end, the usage is the larger of
+``S``'s and of ``R``'s forecast (without the candidates) with ``R``'s place taken.
 
-* on ``S`` fenced by the reservations; or
-* on ``S`` and, machine by machine at the same time, beside each reservation ``R`` due before the job may
-  end: on ``R``'s forecast (without the candidates) with ``R``'s place taken. Instances that do not fit
-  there delay ``R``: the forecast holds no more than ``S``, so ``R``'s place is what they would run into.
+* Fenced: the forecast holds no more than ``S`` (it is ``S`` less the jobs that end first, plus the starts
+  that leave ``R`` its room), so ``T`` holds no more than ``S`` fenced, and a placement there is one on ``T``.
+* Anywhere: a placement on ``S`` that crowds no due ``R`` (``placement.model.feasibility.crowded_by``: the
+  capacity of what ``R``'s place holds, with ``R`` and the forecast there) has room on ``T`` everywhere.
 
-Where neither holds, no trial can succeed and none is asked of the placement policy.
+So where, for some demand, the machines of ``T`` have room (the filters' count per machine, as in
+``placement.scheduling.screen``) for fewer instances than the job has, no trial can succeed and none is
+asked of the placement policy. ``T`` is taken per GPU, not per machine: on a machine of a thousand GPUs the
+job may have room now on some and beside a reservation on others, and fit on neither at once.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from placement.model.snapshot import Allocation, ClusterSnapshot
 from placement.scheduling.forecast import fenced
 from placement.scheduling.future import Taken
 from placement.scheduling.jobs import RunningJob
-from placement.scheduling.screen import needs_of
 from placement.scheduling.state import CycleState
 
 TRIAL_STREAMS = ("trial", "trial-fenced")
@@ -48,6 +50,7 @@ class _Probe:
         self.snapshot = without(state.working, self.gone, state.probes)
         self._fenced: dict[int, ClusterSnapshot] = {}
         self._futures: dict[int, ClusterSnapshot] = {}
+        self._tightest: dict[tuple[int, ...], ClusterSnapshot] = {}
 
     def fenced(self) -> ClusterSnapshot:
         held = self.state.held
@@ -62,6 +65,23 @@ class _Probe:
             held = self.state.held[i]
             gone = [a for a in self.gone if a.job_id in held.future.allocations]
             found = self._futures[i] = fenced(without(held.future, gone), [held.reservation.allocation])
+        return found
+
+    def tightest(self, due: tuple[int, ...]) -> ClusterSnapshot:
+        """``T`` of the module docstring for the reservations ``due``: the snapshot's usage, and each due
+        reservation's forecast with its place taken, the larger per GPU and machine (off a reservation's place
+        its forecast holds no more than the snapshot, so the larger is the snapshot's there)."""
+        found = self._tightest.get(due)
+        if found is None:
+            s = self.snapshot
+            arrays = [s.gpu_milli_used, s.gpu_mem_used, s.cpu_used, s.mem_used]
+            for i in due:
+                f = self.future(i)
+                arrays = [np.maximum(a, b) for a, b in zip(arrays, (f.gpu_milli_used, f.gpu_mem_used, f.cpu_used,
+                                                                   f.mem_used), strict=True)]
+            found = self._tightest[due] = ClusterSnapshot(s.cluster, s.generation, frozen(arrays[0]),
+                                                          frozen(arrays[1]), frozen(arrays[2]), frozen(arrays[3]),
+                                                          s.allocations)
         return found
 
 
@@ -79,14 +99,8 @@ def could_start(state: CycleState, key: Hashable, job: Job, end_s: float,
         return False
     if not state.held or not screen.fits_nowhere((key, "fenced"), probe.fenced(), job):
         return True
-    due = [i for i, h in enumerate(state.held) if end_s > h.reservation.at_s]
-    for need, count in needs_of(job):
-        room = screen.stream((key, "S")).room(probe.snapshot, need).copy()
-        for i in due:
-            np.minimum(room, screen.stream((key, "held", i)).room(probe.future(i), need), out=room)
-        if int(room.sum()) < count:
-            return False
-    return True
+    due = tuple(i for i, h in enumerate(state.held) if end_s > h.reservation.at_s)
+    return not screen.fits_nowhere((key, "tightest"), probe.tightest(due), job)
 
 
 def without(snapshot: ClusterSnapshot, allocations: Sequence[Allocation],

@@ -3,11 +3,15 @@ preempted whole, guarantees are never taken, and opportunistic jobs live outside
 
 from __future__ import annotations
 
-from placement.model.snapshot import ClusterSnapshot, apply
+from placement.model.demand import Job
+from placement.model.snapshot import ClusterSnapshot, apply, release
 from placement.online.policies import online_policy
-from placement.scheduling.jobs import JobMode
-from placement.scheduling.plan import PreemptReason, WaitReason, apply_plan
-from placement.scheduling.preemption import _Futures
+from placement.scheduling.jobs import JobMode, RunningJob
+from placement.scheduling.plan import PreemptReason, Reservation, ReservationKind, WaitReason, apply_plan
+from placement.scheduling.preemption import _Futures, find_victims
+from placement.scheduling.probe import could_start
+from placement.scheduling.settings import SchedulingSettings
+from placement.scheduling.state import CycleState, Held
 from tests.placement.scheduling_cases import (
     FIRST_FIT,
     gpu_job,
@@ -164,3 +168,40 @@ def test_a_trial_reads_each_forecast_without_the_victims_it_held() -> None:
     assert [set(f.allocations) for f in futures] == [{"a"}, {"a"}]
     sliced = futures[0:2]
     assert futures[1] is only_a and [f.gpu_milli_used.tolist() for f in sliced] == [only_a.gpu_milli_used.tolist()] * 2
+
+
+def _reserved_beside_a_victim(end_s: float) -> tuple[CycleState, list[RunningJob], Job]:
+    """One 8-GPU machine (synthetic): victim "v" on GPUs 0-1, "x" on 2-4, "y" on 5-7 until 50 s (both of the job's
+    priority: no victims); a reservation at
+    100 s on GPUs 0, 1, 5 and 6 (its forecast: "v" and "y" gone), GPU 7 free beside it; a 1-GPU job that would run
+    until ``end_s``."""
+    cluster = synthetic_cluster(8)
+    qs = queues(cluster, {"name": "a", "quota": {"gpus": 8}})
+    snapshot, run = running(cluster, (gpu_job("v", 2), "a", 0.0, 5000.0, G),
+                            (gpu_job("x", 3, priority=10), "a", 0.0, 5000.0, G),
+                            (gpu_job("y", 3, priority=10), "a", 0.0, 50.0, G))
+    future = release(release(snapshot, "v"), "y")
+    place = FIRST_FIT(future, gpu_job("r", 4)).allocation
+    assert place is not None and sorted(g for p in place.instances for g in p.gpus) == [0, 1, 5, 6]
+    state = CycleState.begin(snapshot, run, qs, 10.0, FIRST_FIT, SchedulingSettings())
+    state.hold(Held(Reservation("r", "a", ReservationKind.HEAD, 100.0, place, ("v", "y")), gpu_job("r", 4), future))
+    return state, run, gpu_job("p", 1, priority=10)
+
+
+def test_no_trial_is_asked_where_the_victims_free_only_a_reserved_place() -> None:
+    """Per machine the job has room now (GPUs 0-1, once "v" is gone) and beside the reservation (GPU 7); per GPU it
+    has neither at once, so no trial can let it start before the reservation is due, and none is asked; the search
+    without the probe finds none either. Where the job ends before the reservation is due, it may take GPU 0."""
+    state, run, job = _reserved_beside_a_victim(end_s=1000.0)
+    victims = [r for r in run if r.job_id == "v"]
+    p = pending(job, "a", 1.0, 1000.0, 1000.0)
+    assert not could_start(state, ("victims", "a"), job, 1000.0, victims)
+    state.screen = None
+    assert find_victims(state, p, job, 1000.0) is None
+
+    state, run, job = _reserved_beside_a_victim(end_s=80.0)
+    victims = [r for r in run if r.job_id == "v"]
+    assert could_start(state, ("victims", "a"), job, 80.0, victims)
+    state.screen = None
+    found = find_victims(state, pending(job, "a", 1.0, 80.0, 80.0), job, 80.0)
+    assert found is not None and [v.job_id for v, _ in found.chosen] == ["v"]
