@@ -32,7 +32,7 @@ from placement.scheduling.forecast import fenced, place_around, totals_cover
 from placement.scheduling.jobs import JobMode, PendingJob, RunningJob
 from placement.scheduling.memo import facts_of, gpus_and_end
 from placement.scheduling.plan import PreemptReason
-from placement.scheduling.probe import TRIAL_STREAMS, could_start
+from placement.scheduling.probe import TRIAL_STREAMS, could_start, fewest_victims
 from placement.scheduling.quota import QuotaBook
 from placement.scheduling.resources import demand_of
 from placement.scheduling.state import CycleState
@@ -161,13 +161,20 @@ def find_victims(state: CycleState, pending: PendingJob, job: Job, end_s: float)
         return None
     trial = _Trial(state, pending, job, end_s, state.working, state.book.copy(),
                    _Futures([h.future for h in state.held]))
+    taken = _taken(state, pending, candidates)
+    first = 1
+    if state.screen is not None:
+        fewest = fewest_victims(state, (*streams, "fewest"), job, end_s, taken)
+        if fewest is None:
+            return None
+        first = fewest
     chosen: list[RunningJob] = []
     found = None
-    for victim in candidates:
-        if victim.job_id in state.counted and victim.queue != pending.queue and not trial.book.borrowing(victim.queue):
-            continue  # its queue no longer borrows: what it holds is its guarantee
+    for victim in taken:
         chosen.append(victim)
         trial.remove(victim)
+        if len(chosen) < first:
+            continue  # no room yet, now and beside the reservations (placement.scheduling.probe)
         found = trial.fits()
         if found is not None:
             break
@@ -182,6 +189,21 @@ def find_victims(state: CycleState, pending: PendingJob, job: Job, end_s: float)
             chosen, found = [v for v in chosen if v is not victim], still
     reasons = tuple((v, _reason(state, pending, v, reclaiming) or PreemptReason.OPPORTUNISTIC) for v in chosen)
     return Victims(reasons, found[0], found[1])
+
+
+def _taken(state: CycleState, pending: PendingJob, candidates: Sequence[RunningJob]) -> list[RunningJob]:
+    """The candidates a search takes, in order, while none fits: each but those of another queue that no longer
+    borrows once the ones before are gone (what such a queue holds is its guarantee)."""
+    book, taken = state.book.copy(), []
+    for victim in candidates:
+        counted = victim.job_id in state.counted
+        if counted and victim.queue != pending.queue and not book.borrowing(victim.queue):
+            continue
+        taken.append(victim)
+        if counted:
+            allocation = state.working.allocations[victim.job_id]
+            book.add(victim.queue, demand_of(victim.job, allocation, state.working.layout), -1)
+    return taken
 
 
 def _candidates(state: CycleState, pending: PendingJob, reclaiming: bool) -> tuple[RunningJob, ...]:

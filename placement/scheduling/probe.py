@@ -15,8 +15,12 @@ every GPU and machine of a reservation ``R`` due before the job may end, the usa
 
 So where, for some demand, the machines of ``T`` have room (the filters' count per machine, as in
 ``placement.scheduling.screen``) for fewer instances than the job has, no trial can succeed and none is
-asked of the placement policy. ``T`` is taken per GPU, not per machine: on a machine of a thousand GPUs the
-job may have room now on some and beside a reservation on others, and fit on neither at once.
+asked of the placement policy (:func:`could_start`). The same holds for the trial with the first ``k``
+victims gone and its own ``T``, which only gains room as ``k`` grows: the trials before the first ``k`` whose
+``T`` has room cannot succeed, and that ``k`` is found by bisection (:func:`fewest_victims`).
+
+``T`` is taken per GPU, not per machine: on a machine of a thousand GPUs the job may have room now on some
+and beside a reservation on others, and fit on neither at once.
 """
 
 from __future__ import annotations
@@ -73,16 +77,20 @@ class _Probe:
         its forecast holds no more than the snapshot, so the larger is the snapshot's there)."""
         found = self._tightest.get(due)
         if found is None:
-            s = self.snapshot
-            arrays = [s.gpu_milli_used, s.gpu_mem_used, s.cpu_used, s.mem_used]
-            for i in due:
-                f = self.future(i)
-                arrays = [np.maximum(a, b) for a, b in zip(arrays, (f.gpu_milli_used, f.gpu_mem_used, f.cpu_used,
-                                                                   f.mem_used), strict=True)]
-            found = self._tightest[due] = ClusterSnapshot(s.cluster, s.generation, frozen(arrays[0]),
-                                                          frozen(arrays[1]), frozen(arrays[2]), frozen(arrays[3]),
-                                                          s.allocations)
+            found = self._tightest[due] = _larger(self.snapshot, [self.future(i) for i in due])
         return found
+
+
+def _larger(snapshot: ClusterSnapshot, others: Sequence[ClusterSnapshot]) -> ClusterSnapshot:
+    """``snapshot`` with, per GPU and machine, the largest usage of it and ``others`` (``snapshot`` if none)."""
+    if not others:
+        return snapshot
+    arrays = [snapshot.gpu_milli_used, snapshot.gpu_mem_used, snapshot.cpu_used, snapshot.mem_used]
+    for other in others:
+        arrays = [np.maximum(a, b) for a, b in zip(arrays, (other.gpu_milli_used, other.gpu_mem_used, other.cpu_used,
+                                                            other.mem_used), strict=True)]
+    return ClusterSnapshot(snapshot.cluster, snapshot.generation, frozen(arrays[0]), frozen(arrays[1]),
+                           frozen(arrays[2]), frozen(arrays[3]), snapshot.allocations)
 
 
 def could_start(state: CycleState, key: Hashable, job: Job, end_s: float,
@@ -101,6 +109,34 @@ def could_start(state: CycleState, key: Hashable, job: Job, end_s: float,
         return True
     due = tuple(i for i, h in enumerate(state.held) if end_s > h.reservation.at_s)
     return not screen.fits_nowhere((key, "tightest"), probe.tightest(due), job)
+
+
+def fewest_victims(state: CycleState, key: Hashable, job: Job, end_s: float,
+                   victims: Sequence[RunningJob]) -> int | None:
+    """How many of ``victims``, taken in order, must be gone before a trial can succeed: the fewest whose ``T``
+    (module docstring) has room for the job; ``None`` where even all of them leave it none. ``key`` names the
+    screen's stream for these snapshots."""
+    screen = state.screen
+    assert screen is not None  # only asked where the cycle screens
+    gone = [state.working.allocations[v.job_id] for v in victims]
+    due = [h for h in state.held if end_s > h.reservation.at_s]
+
+    def room(k: int) -> bool:
+        taken = gone[:k]
+        futures = [fenced(without(h.future, [a for a in taken if a.job_id in h.future.allocations]),
+                          [h.reservation.allocation]) for h in due]
+        return not screen.fits_nowhere(key, _larger(without(state.working, taken), futures), job)
+
+    if not gone or not room(len(gone)):
+        return None
+    low, high = 1, len(gone)  # room(high) holds; bisect for the first k where it does
+    while low < high:
+        middle = (low + high) // 2
+        if room(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def without(snapshot: ClusterSnapshot, allocations: Sequence[Allocation],

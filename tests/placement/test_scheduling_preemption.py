@@ -9,7 +9,7 @@ from placement.online.policies import online_policy
 from placement.scheduling.jobs import JobMode, RunningJob
 from placement.scheduling.plan import PreemptReason, Reservation, ReservationKind, WaitReason, apply_plan
 from placement.scheduling.preemption import _Futures, find_victims
-from placement.scheduling.probe import could_start
+from placement.scheduling.probe import could_start, fewest_victims
 from placement.scheduling.settings import SchedulingSettings
 from placement.scheduling.state import CycleState, Held
 from tests.placement.scheduling_cases import (
@@ -205,3 +205,36 @@ def test_no_trial_is_asked_where_the_victims_free_only_a_reserved_place() -> Non
     state.screen = None
     found = find_victims(state, pending(job, "a", 1.0, 80.0, 80.0), job, 80.0)
     assert found is not None and [v.job_id for v, _ in found.chosen] == ["v"]
+
+
+def test_trials_start_from_the_fewest_victims_that_leave_room_now_and_beside_the_reservations() -> None:
+    """One 8-GPU machine (synthetic): the cheapest victim "v1" holds GPU 0, which a reservation takes at 150 s;
+    the next, "v2", holds GPU 7, which no reservation takes. Without "v1" alone the job has no GPU free now and
+    beside the reservation, so the search starts with both gone; it then gives "v1" back, as the search
+    trying one victim after the other does."""
+    cluster = synthetic_cluster(8)
+    qs = queues(cluster, {"name": "a", "quota": {"gpus": 8}})
+    snapshot, run = running(cluster, (gpu_job("v1", 1), "a", 95.0, 5000.0, G),
+                            (gpu_job("x", 4, priority=10), "a", 0.0, 5000.0, G),
+                            (gpu_job("y", 2, priority=10), "a", 0.0, 120.0, G),
+                            (gpu_job("v2", 1), "a", 50.0, 5000.0, G))
+    assert sorted(snapshot.allocations["v2"].instances[0].gpus) == [7]
+    future = release(release(snapshot, "v1"), "y")
+    place = FIRST_FIT(future, gpu_job("r", 3)).allocation
+    assert place is not None and sorted(g for p in place.instances for g in p.gpus) == [0, 5, 6]
+    job = gpu_job("p", 1, priority=10)
+    outcomes = []
+    for screened in (True, False):
+        state = CycleState.begin(snapshot, run, qs, 100.0, FIRST_FIT, SchedulingSettings())
+        state.hold(Held(Reservation("r", "a", ReservationKind.HEAD, 150.0, place, ("v1", "y")), gpu_job("r", 3),
+                        future))
+        if screened:
+            victims = [next(r for r in run if r.job_id == name) for name in ("v1", "v2")]
+            assert fewest_victims(state, ("fewest",), job, 1000.0, victims) == 2
+            assert fewest_victims(state, ("fewest",), job, 1000.0, victims[:1]) is None
+        else:
+            state.screen = None
+        found = find_victims(state, pending(job, "a", 1.0, 1000.0, 1000.0), job, 1000.0)
+        assert found is not None and found.decision.allocation is not None
+        outcomes.append(([v.job_id for v, _ in found.chosen], found.decision.allocation.instances[0].gpus))
+    assert outcomes == [(["v2"], (7,))] * 2
