@@ -134,7 +134,10 @@ workload slopes (without sentiment140 and shufflenetv2, its elasticities in para
 and 1.85, against 0.96 and 0.51 on all six), so the calibration residuals (MALE 1.78) are far wider than
 the held-out ones (0.64), and the folds' bands (3.5-6x, and 1,300x in the fold whose calibration
 extrapolates from those four) wider than the shipped one, which is calibrated on fits to five. Bounding
-those two elasticities to [0, 1] does not help (MALE 0.67, coverage 0.962).
+those two elasticities to [0, 1] does not help (MALE 0.67, coverage 0.962); holding the one in samples to
+exactly 1 (an epoch's time proportional to its samples, as it is for one workload) makes it much worse (MALE
+2.02, coverage 0.84): across the six workloads the samples stand in for the compute per sample that the
+parameters alone do not tell.
 
 Limits: single-GPU FP32 training as Zeus and Gavel measured it (``precision`` and ``optimizer`` are not
 features: the traces cannot separate them from the workload). Beyond a workload's largest measured batch
