@@ -131,9 +131,7 @@ class _Trial:
         self.futures.gone = tuple(job_id for job_id in self.futures.gone if job_id != victim.job_id)
 
     def _count(self, victim: RunningJob, sign: int) -> None:
-        if victim.job_id in self.state.counted:
-            allocation = self.state.working.allocations[victim.job_id]
-            self.book.add(victim.queue, demand_of(victim.job, allocation, self.snapshot.layout), sign)
+        _count(self.state, self.book, victim, sign)
 
     def fits(self) -> tuple[Decision, bool] | None:
         """The decision and whether it borrows, when the job is within quota and fits; else ``None``."""
@@ -164,7 +162,8 @@ def find_victims(state: CycleState, pending: PendingJob, job: Job, end_s: float)
     taken = _taken(state, pending, candidates)
     first = 1
     if state.screen is not None:
-        fewest = fewest_victims(state, (*streams, "fewest"), job, end_s, taken)
+        fewest = fewest_victims(state, (*streams, "fewest"), job, end_s, taken,
+                                all_have_room=len(taken) == len(candidates))
         if fewest is None:
             return None
         first = fewest
@@ -196,14 +195,18 @@ def _taken(state: CycleState, pending: PendingJob, candidates: Sequence[RunningJ
     borrows once the ones before are gone (what such a queue holds is its guarantee)."""
     book, taken = state.book.copy(), []
     for victim in candidates:
-        counted = victim.job_id in state.counted
-        if counted and victim.queue != pending.queue and not book.borrowing(victim.queue):
+        if victim.job_id in state.counted and victim.queue != pending.queue and not book.borrowing(victim.queue):
             continue
         taken.append(victim)
-        if counted:
-            allocation = state.working.allocations[victim.job_id]
-            book.add(victim.queue, demand_of(victim.job, allocation, state.working.layout), -1)
+        _count(state, book, victim, -1)
     return taken
+
+
+def _count(state: CycleState, book: QuotaBook, victim: RunningJob, sign: int) -> None:
+    """Add (``sign`` 1) or take off (-1) ``victim``'s usage in ``book``, where the cycle's book counts it."""
+    if victim.job_id in state.counted:
+        allocation = state.working.allocations[victim.job_id]
+        book.add(victim.queue, demand_of(victim.job, allocation, state.working.layout), sign)
 
 
 def _candidates(state: CycleState, pending: PendingJob, reclaiming: bool) -> tuple[RunningJob, ...]:

@@ -35,7 +35,7 @@ from placement.model.snapshot import Allocation, ClusterSnapshot
 from placement.scheduling.forecast import fenced
 from placement.scheduling.future import Taken
 from placement.scheduling.jobs import RunningJob
-from placement.scheduling.state import CycleState
+from placement.scheduling.state import CycleState, Held
 
 TRIAL_STREAMS = ("trial", "trial-fenced")
 """The screen's streams of a preemption trial's snapshots and of them fenced."""
@@ -66,9 +66,7 @@ class _Probe:
     def future(self, i: int) -> ClusterSnapshot:
         found = self._futures.get(i)
         if found is None:
-            held = self.state.held[i]
-            gone = [a for a in self.gone if a.job_id in held.future.allocations]
-            found = self._futures[i] = fenced(without(held.future, gone), [held.reservation.allocation])
+            found = self._futures[i] = _beside(self.state.held[i], self.gone)
         return found
 
     def tightest(self, due: tuple[int, ...]) -> ClusterSnapshot:
@@ -79,6 +77,12 @@ class _Probe:
         if found is None:
             found = self._tightest[due] = _larger(self.snapshot, [self.future(i) for i in due])
         return found
+
+
+def _beside(held: Held, gone: Sequence[Allocation]) -> ClusterSnapshot:
+    """Reservation ``held``'s forecast without those of ``gone`` it holds, with its own place taken."""
+    kept = [a for a in gone if a.job_id in held.future.allocations]
+    return fenced(without(held.future, kept), [held.reservation.allocation])
 
 
 def _larger(snapshot: ClusterSnapshot, others: Sequence[ClusterSnapshot]) -> ClusterSnapshot:
@@ -111,11 +115,12 @@ def could_start(state: CycleState, key: Hashable, job: Job, end_s: float,
     return not screen.fits_nowhere((key, "tightest"), probe.tightest(due), job)
 
 
-def fewest_victims(state: CycleState, key: Hashable, job: Job, end_s: float,
-                   victims: Sequence[RunningJob]) -> int | None:
+def fewest_victims(state: CycleState, key: Hashable, job: Job, end_s: float, victims: Sequence[RunningJob],
+                   all_have_room: bool = False) -> int | None:
     """How many of ``victims``, taken in order, must be gone before a trial can succeed: the fewest whose ``T``
     (module docstring) has room for the job; ``None`` where even all of them leave it none. ``key`` names the
-    screen's stream for these snapshots."""
+    screen's stream for these snapshots; ``all_have_room``: the caller knows that all of them leave room (they
+    are the candidates :func:`could_start` passed)."""
     screen = state.screen
     assert screen is not None  # only asked where the cycle screens
     gone = [state.working.allocations[v.job_id] for v in victims]
@@ -123,11 +128,10 @@ def fewest_victims(state: CycleState, key: Hashable, job: Job, end_s: float,
 
     def room(k: int) -> bool:
         taken = gone[:k]
-        futures = [fenced(without(h.future, [a for a in taken if a.job_id in h.future.allocations]),
-                          [h.reservation.allocation]) for h in due]
-        return not screen.fits_nowhere(key, _larger(without(state.working, taken), futures), job)
+        return not screen.fits_nowhere(key, _larger(without(state.working, taken), [_beside(h, taken) for h in due]),
+                                       job)
 
-    if not gone or not room(len(gone)):
+    if not gone or not (all_have_room or room(len(gone))):
         return None
     low, high = 1, len(gone)  # room(high) holds; bisect for the first k where it does
     while low < high:
