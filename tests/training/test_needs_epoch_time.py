@@ -132,6 +132,16 @@ def test_a_new_workload_gets_a_wider_band_than_a_profiled_one(model: EpochTimeMo
     assert new["p90"] / new["p50"] > profiled["p90"] / profiled["p50"]
 
 
+def test_every_type_at_once_answers_as_each_type_alone(model: EpochTimeModel) -> None:
+    jobs = pd.DataFrame({"model": ["imagenet/resnet50", None, None],
+                         "parameters": [np.nan, 5e7, 3e6], "samples_per_epoch": [np.nan, 2e5, 6e4],
+                         "model_family": [None, "cnn", "transformer"], "batch_size": [64, 32, 128]})
+    together = model.predict_types(jobs, model.gpu_types)
+    assert list(together) == list(model.gpu_types)
+    for gpu_type, answer in together.items():
+        pd.testing.assert_frame_equal(answer, model.predict(jobs, gpu_type))
+
+
 def test_missing_keys_give_nan(model: EpochTimeModel) -> None:
     jobs = pd.DataFrame([{"parameters": 1e7, "batch_size": 32}, {"samples_per_epoch": 1e5, "batch_size": 32},
                          {"parameters": 1e7, "samples_per_epoch": 1e5}, {"model": "bert_base_uncased", "batch_size": 8},
@@ -279,7 +289,7 @@ def test_model_beats_the_baseline_on_the_zeus_checks(evaluation: tuple[pd.DataFr
     for check in (CHECK_BATCH, CHECK_WORKLOAD, CHECK_TYPE, CHECK_RATIO):
         assert errors.loc[(check, MODEL), "male"] < errors.loc[(check, BASELINE), "male"], check
         # The unseen-workload band is calibrated on fits to one workload fewer than the model it serves
-        # (module docstring): it covers more than 0.95, by a few rows.
+        # (module docstring): it covers more than 0.95, by a row.
         top = 0.97 if check == CHECK_WORKLOAD else 0.95
         assert 0.88 <= errors.loc[(check, MODEL), "p90_coverage"] <= top, check
 

@@ -61,7 +61,7 @@ class NeedsEstimator:
             out.update(_quantiles("gpu_util_pct", self.utilisation.predict(frame), self.utilisation.source,
                                   unit="%"))
         if self.epoch is not None:
-            per_type = {t: self.epoch.predict(frame, t).iloc[0] for t in self.epoch.gpu_types}
+            per_type = {t: out.iloc[0] for t, out in self.epoch.predict_types(frame, self.epoch.gpu_types).items()}
             if all(_finite(row["p50"]) and _finite(row["p90"]) for row in per_type.values()):
                 out["epoch_s"] = {"p50": {t: float(r["p50"]) for t, r in per_type.items()},
                                   "p90": {t: float(r["p90"]) for t, r in per_type.items()},
