@@ -98,6 +98,14 @@ def test_needs_benchmark_runs_and_writes_its_figures(tmp_path: Path) -> None:
     assert "Held-out errors" in proc.stdout
 
 
+def test_epoch_band_benchmark_runs_and_prints_each_variant() -> None:
+    command = [sys.executable, "tests/benchmarks/bench_epoch_bands.py"]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "all six workloads" in proc.stdout and proc.stdout.count("without ") == 6
+    assert "jackknife+ coverage" in proc.stdout
+
+
 @pytest.mark.slow
 def test_dask_benchmark_runs_and_writes_its_figures(tmp_path: Path) -> None:
     out = tmp_path / "dask.json"
