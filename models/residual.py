@@ -111,39 +111,68 @@ class ResidualEstimator:
         self.mean_columns = tuple(mean_columns)
 
     def fit(self, features: pd.DataFrame, target: FloatArray) -> Self:
-        if self.family not in FAMILIES:
-            raise ValueError(f"unknown model family {self.family!r}; known: {', '.join(FAMILIES)}")
         z = np.log1p(np.asarray(target, dtype=float))
-        split = int(len(z) * (1.0 - self.calibration_share))
-        if split < 10 or len(z) - split < 10:
-            raise ValueError(f"need at least 10 rows on each side of the calibration split, got {len(z)} rows")
-        self.feature_names_ = list(features.columns)
-        self._index_columns()
+        split = self.prepare(list(features.columns), len(z))
         self.fallback_ = float(np.median(z[:split]))
         matrix = features.to_numpy(dtype=float)
         rule = self._rule(matrix)
-        cal, z_cal, buckets = matrix[split:], z[split:], self._buckets(matrix[split:])
-        corrections = np.zeros((2, len(z_cal)))
         self.learner_: ResidualLearner | None = None
         self.cold_: ResidualLearner | None = None
         if self.family != "history":
-            age = (split - 1 - np.arange(split)) / split
             self.learner_ = self.learner_kind(self.family, self.seed, self.params).fit(
                 self._inputs(matrix[:split], rule[:split]), z[:split] - rule[:split],
-                0.5 ** (age / self.recency_halflife))
-            self.cold_ = self.learner_kind(self.family, self.seed, {**COLD_PARAMS[self.family], **(self.params or {})})
+                self.recency(np.arange(split), split))
+            self.cold_ = self.learner_kind(self.family, self.seed, self.cold_params())
             self.cold_.fit(matrix[:split][:, self.absolute_index_], z[:split], np.ones(split))
-            corrections = self._corrections(cal, rule[split:])
-        self.weights_, self.cold_weights_ = self._blend_weights(z_cal, rule[split:], corrections, buckets)
-        z50 = rule[split:] + self.weights_[buckets] * corrections[0] + self.cold_weights_[buckets] * corrections[1]
-        raw_scale = cal[:, self.scale_index_]
+        return self.calibrate(z[split:], self.calibration_columns(matrix[split:]))
+
+    # The parts of ``fit``, in its order, for a caller that holds the rows elsewhere
+    # (``training.pipeline.partitioned`` fits on a Dask cluster's partitions with them).
+
+    def prepare(self, feature_names: Sequence[str], rows: int) -> int:
+        """Check the family, take the feature names; the number of rows the learners fit on (the rest calibrate)."""
+        if self.family not in FAMILIES:
+            raise ValueError(f"unknown model family {self.family!r}; known: {', '.join(FAMILIES)}")
+        split = int(rows * (1.0 - self.calibration_share))
+        if split < 10 or rows - split < 10:
+            raise ValueError(f"need at least 10 rows on each side of the calibration split, got {rows} rows")
+        self.feature_names_ = list(feature_names)
+        self._index_columns()
+        return split
+
+    def recency(self, positions: np.ndarray, split: int) -> FloatArray:
+        """The training weight of the rows at ``positions`` (0 is the earliest of ``split`` training rows)."""
+        age = (split - 1 - positions) / split
+        return np.asarray(0.5 ** (age / self.recency_halflife), dtype=float)
+
+    def cold_params(self) -> dict[str, Any]:
+        return {**COLD_PARAMS[self.family], **(self.params or {})}
+
+    def calibration_columns(self, matrix: FloatArray) -> FloatArray:
+        """What calibrating reads of each row of ``matrix`` (after the learners are fitted), one row each:
+        rule, depth bucket, raw error scale, the first known history mean (NaN if none), the two corrections."""
+        rule = self._rule(matrix)
+        corrections = self._corrections(matrix, rule) if self.learner_ is not None else np.zeros((2, len(matrix)))
+        first_mean = history_mean(matrix, self.mean_index_, np.full(len(matrix), np.nan))
+        return np.column_stack([rule, self._buckets(matrix), matrix[:, self.scale_index_], first_mean,
+                                corrections[0], corrections[1]])
+
+    def calibrate(self, z_cal: FloatArray, columns: FloatArray) -> Self:
+        """Blend weights, P90 offset and mean weights from the calibration rows' ln(1 + target) and
+        :meth:`calibration_columns`."""
+        rule, buckets, raw_scale, first_mean = columns[:, 0], columns[:, 1].astype(int), columns[:, 2], columns[:, 3]
+        corrections = columns[:, 4:6].T
+        self.weights_, self.cold_weights_ = self._blend_weights(z_cal, rule, corrections, buckets)
+        z50 = rule + self.weights_[buckets] * corrections[0] + self.cold_weights_[buckets] * corrections[1]
         self.default_scale_ = float(np.nanmedian(raw_scale)) if not np.isnan(raw_scale).all() else 1.0
-        scores = np.sort((z_cal - z50) / self._scale(cal))
+        scale = np.maximum(np.where(np.isnan(raw_scale), self.default_scale_, raw_scale), MIN_SCALE)
+        scores = np.sort((z_cal - z50) / scale)
         rank = min(len(scores), math.ceil((len(scores) + 1) * self.coverage)) - 1
         self.offset_ = float(scores[rank])
         if self.mean_index_:
             y50 = np.maximum(np.expm1(z50), 0.0)
-            self.mean_weights_ = self._mean_weights(np.expm1(z_cal), y50, self._history_mean(cal, y50), buckets)
+            history = np.where(np.isnan(first_mean), y50, first_mean)
+            self.mean_weights_ = self._mean_weights(np.expm1(z_cal), y50, history, buckets)
         return self
 
     def predict(self, features: pd.DataFrame) -> Prediction:

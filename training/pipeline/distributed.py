@@ -46,19 +46,24 @@ def on_workers(estimator: Fitted) -> Fitted:
     return kind(**settings)
 
 
-def fit_booster(params: dict[str, Any], inputs: FloatArray, target: FloatArray, weight: FloatArray | None = None,
+def fit_booster(params: dict[str, Any], inputs: Any, target: Any, weight: Any = None,
                 names: Sequence[str] | None = None) -> lgb.LGBMRegressor:
-    """One ``LGBMRegressor`` with ``params``, fitted by ``DaskLGBMRegressor`` on the default client's workers."""
+    """One ``LGBMRegressor`` with ``params``, fitted by ``DaskLGBMRegressor`` on the default client's workers.
+    The rows are numpy arrays (spread over the workers first) or dask arrays (fitted where they are)."""
     from lightgbm.dask import DaskLGBMRegressor
 
     client = importlib.import_module("distributed").default_client()
     workers = sorted(client.scheduler_info()["workers"])
     model = DaskLGBMRegressor(client=client, **params)
+
+    def held(values: Any) -> Any:  # rows already on the workers (a dask collection) stay where they are
+        on_workers = importlib.import_module("dask").is_dask_collection(values)
+        return values if on_workers else _spread(client, workers, values)
+
     with warnings.catch_warnings():
         # each worker trains with its own threads: the n_jobs of the single-process settings has no say there
         warnings.filterwarnings("ignore", message="Parameter n_jobs will be ignored")
-        model.fit(_spread(client, workers, inputs), _spread(client, workers, target),
-                  sample_weight=None if weight is None else _spread(client, workers, weight),
+        model.fit(held(inputs), held(target), sample_weight=None if weight is None else held(weight),
                   feature_name=list(names) if names is not None else "auto")
     local: lgb.LGBMRegressor = model.to_local()
     return local
@@ -90,7 +95,8 @@ class DaskLightGBMLearner(LightGBMLearner):
 class DaskResidualLearner(ResidualLearner):
     """The L1 booster of the residual (or of the whole duration, cold start), fitted on the workers."""
 
-    def fit(self, inputs: FloatArray, residual: FloatArray, weight: FloatArray) -> Self:
+    def fit(self, inputs: Any, residual: Any, weight: Any) -> Self:
+        """Numpy arrays, or dask arrays whose blocks the workers hold (``lgbm`` only)."""
         if self.family != "lgbm":
             return super().fit(inputs, residual, weight)
         params = {**LGBM_PARAMS, **(self.params or {}), "random_state": self.seed}

@@ -1,0 +1,108 @@
+"""The duration estimator trained and scored on Dask partitions (training.pipeline.partitioned), against the
+single-process path on real PAI rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+from distributed import Client, LocalCluster
+
+from training.features.targets import target_spec
+from training.ingest.sources import get_source
+from training.pipeline.distributed import DaskResidualLearner
+from training.pipeline.evaluate import Split, model, time_split
+from training.pipeline.metrics import scores
+from training.pipeline.partitioned import (
+    TARGET,
+    PartitionedSplit,
+    fit_partitioned,
+    predict_partitioned,
+    score_partitioned,
+    split_partitioned,
+)
+
+ROWS = 5000
+SMALL = {"n_estimators": 20, "n_jobs": 1}
+"""Few trees: the tests are about where the estimator is fitted, not how well."""
+SPEC = target_spec("pai2020-jobs", "duration")
+
+
+@pytest.fixture(scope="module")
+def table() -> pd.DataFrame:
+    return get_source("pai2020-jobs").load().iloc[:ROWS]
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Client]:
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as connected:
+        yield connected
+
+
+@pytest.fixture(scope="module")
+def single(table: pd.DataFrame) -> Split:
+    return time_split(table, SPEC)
+
+
+@pytest.fixture(scope="module")
+def spread(table: pd.DataFrame, client: Client) -> PartitionedSplit:
+    return split_partitioned(dd.from_pandas(table, npartitions=3), SPEC)
+
+
+def test_the_split_holds_the_same_jobs_and_features_in_the_same_order(single: Split, spread: PartitionedSplit) -> None:
+    assert (spread.train_rows, spread.test_rows) == (len(single.train), len(single.test))
+    for rows, frame in ((single.train, spread.train), (single.test, spread.test)):
+        held = frame.compute()
+        pd.testing.assert_frame_equal(held.drop(columns=[TARGET]), single.features.iloc[rows])
+        np.testing.assert_array_equal(held[TARGET].to_numpy(), single.target[rows])
+
+
+def test_the_rule_alone_is_fitted_and_scored_exactly_as_in_one_process(single: Split,
+                                                                       spread: PartitionedSplit) -> None:
+    one = model(SPEC, "history").fit(single.features.iloc[single.train], single.target[single.train])
+    spread_fit = fit_partitioned(model(SPEC, "history"), spread.train)
+    assert (spread_fit.fallback_, spread_fit.offset_, spread_fit.default_scale_) == \
+        (one.fallback_, one.offset_, one.default_scale_)
+    np.testing.assert_array_equal(spread_fit.weights_, one.weights_)
+    np.testing.assert_array_equal(spread_fit.mean_weights_, one.mean_weights_)
+    expected = one.predict(single.features.iloc[single.test])
+    answered = predict_partitioned(spread_fit, spread.test).compute()
+    np.testing.assert_array_equal(answered["p50"].to_numpy(), expected.p50)
+    np.testing.assert_array_equal(answered["p90"].to_numpy(), expected.p90)
+    assert score_partitioned(spread_fit, spread.test) == scores(expected.point, expected.p90,
+                                                                single.target[single.test])
+
+
+def test_the_learners_are_fitted_on_the_workers_and_calibrated_as_in_one_process(single: Split,
+                                                                                  spread: PartitionedSplit) -> None:
+    fitted = fit_partitioned(model(SPEC, "lgbm", seed=2, params=SMALL), spread.train)
+    assert isinstance(fitted.learner_, DaskResidualLearner) and isinstance(fitted.cold_, DaskResidualLearner)
+    assert fitted.learner_.model_.n_estimators == SMALL["n_estimators"]
+    # The same learners, calibrated in this process on the whole training frame: the same calibration.
+    x, y = single.features.iloc[single.train], single.target[single.train]
+    again = model(SPEC, "lgbm", seed=2, params=SMALL)
+    split = again.prepare(list(x.columns), len(y))
+    again.fallback_, again.learner_, again.cold_ = fitted.fallback_, fitted.learner_, fitted.cold_
+    again.calibrate(np.log1p(y[split:]), again.calibration_columns(x.to_numpy(dtype=float)[split:]))
+    assert again.offset_ == fitted.offset_
+    np.testing.assert_array_equal(again.weights_, fitted.weights_)
+    np.testing.assert_array_equal(again.cold_weights_, fitted.cold_weights_)
+    # And it answers as the single-process estimator does, from its local boosters, without the cluster.
+    held = single.features.iloc[single.test]
+    np.testing.assert_array_equal(fitted.predict(held).p50, predict_partitioned(fitted, spread.test).compute()["p50"])
+
+
+def test_the_forest_is_refused_by_name(spread: PartitionedSplit) -> None:
+    with pytest.raises(ValueError, match="'rf' has no fit on Dask partitions"):
+        fit_partitioned(model(SPEC, "rf"), spread.train)
+
+
+def test_a_trace_out_of_submission_order_is_refused_naming_the_job(table: pd.DataFrame, client: Client) -> None:
+    shuffled = table.copy()
+    shuffled.loc[10, "submit_time_s"] = shuffled["submit_time_s"].max() + 1.0
+    with pytest.raises(ValueError, match=r"submission order.*partition 0, job 11"):
+        split_partitioned(dd.from_pandas(shuffled, npartitions=3), SPEC)

@@ -1,0 +1,232 @@
+"""The rule-corrected duration estimator trained and scored on a Dask cluster's partitions, for a trace whose
+feature matrix does not fit in one process.
+
+The single-process path (``time_split``, ``ResidualEstimator.fit``, ``evaluate``) holds every job's features
+in the calling process. Here the features stay in the partitions :func:`training.features.distributed.
+causal_features` makes, on the workers, and only a few numbers per job come back:
+
+* the split: each partition's count of labelled jobs (one integer per partition);
+* the learners: LightGBM's residual and cold-start boosters are fitted by ``lightgbm.dask`` on blocks the
+  workers build from their own partitions (the inputs made relative to the history rule, the residual, the
+  recency weight from the job's position), never gathered;
+* ln(1 + duration) of the training jobs (one float per job: their median is the rule's fallback);
+* for the calibration jobs, the six numbers calibrating reads (``ResidualEstimator.calibration_columns``:
+  rule, depth bucket, error scale, history mean, the two corrections) and their ln(1 + duration);
+* for the held-out jobs, P50, P90 and the actual duration, to score.
+
+So the calling process holds O(jobs) floats, a few per job, where the single-process path holds the whole
+feature matrix (about 60 per job on the PAI trace). The fitted estimator is the one the single-process path
+makes: its learners are local LightGBM models and everything else is computed by the same methods, so it
+predicts, pickles and serves without a cluster.
+
+What equals the single-process path: the split, the rule's fallback, the calibration given the same learners,
+the whole of the ``history`` family (no learner). What does not: the boosters (LightGBM's distributed learner
+bins features per worker and bags per worker; ``training.pipeline.distributed``). The forest has no distributed
+learner and is refused.
+
+Rows must come in submission order (the trace's index order), as the single-process split orders them: each
+partition's submit times are checked, and the first job out of order is named.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import pandas as pd
+
+from models.residual import ResidualEstimator
+from training.features.distributed import causal_features
+from training.features.frames import TargetSpec, target_rows
+from training.pipeline.distributed import DaskResidualLearner
+from training.pipeline.metrics import scores
+
+if TYPE_CHECKING:
+    import dask.dataframe as dd
+
+TARGET = "_target"
+"""The label's column beside the features in a partitioned split's frames."""
+SUBMIT = "_submit_s"
+FAMILIES = ("lgbm", "history")
+CALIBRATION_COLUMNS = ("rule", "bucket", "scale", "history_mean", "correction", "cold_correction")
+"""The columns of ``ResidualEstimator.calibration_columns``, in its order."""
+
+
+@dataclass(frozen=True)
+class PartitionedSplit:
+    """Labelled jobs in submission order: ``train`` the earlier, ``test`` the later ``test_share``; each frame
+    holds the feature columns and :data:`TARGET`, partitioned as the trace is."""
+
+    train: dd.DataFrame
+    test: dd.DataFrame
+    train_rows: int
+    test_rows: int
+    features: list[str]
+    held: dd.DataFrame
+    """Every labelled job, persisted on the workers: ``train`` and ``test`` read it, and the workers keep it only
+    while some collection refers to it."""
+
+
+def split_partitioned(trace: Any, spec: TargetSpec, test_share: float = 0.3) -> PartitionedSplit:
+    """``time_split`` of a trace on Dask: the causal features of every job, the labelled ones cut by count in
+    submission order. ``trace``: a sorted, unique index with known divisions, in submission order."""
+    lazy: Any = importlib.import_module("dask.dataframe")
+    features = causal_features(trace, spec)
+    names = list(features.columns)
+    label = partial_label(spec)
+    # Held on the workers once computed: the split, the fit and the scoring each read it again, and the causal
+    # features' shuffles would otherwise run for each of them.
+    labelled = lazy.map_partitions(label, features, trace, align_dataframes=False,
+                                   meta=label(features._meta, trace._meta)).persist()
+    _check_order(labelled)
+    counts = labelled.map_partitions(len).compute().tolist()
+    total = int(sum(counts))
+    cut = round(total * (1.0 - test_share))
+    without_submit = labelled.drop(columns=[SUBMIT])
+    return PartitionedSplit(_rows(without_submit, counts, 0, cut), _rows(without_submit, counts, cut, total),
+                            cut, total - cut, names, labelled)
+
+
+def partial_label(spec: TargetSpec) -> Any:
+    """The function that keeps a partition's labelled jobs (``target_rows``) with their label and submit time."""
+    def label(features: pd.DataFrame, part: pd.DataFrame) -> pd.DataFrame:
+        rows = target_rows(part, spec)
+        kept = features.iloc[rows].copy()
+        kept[TARGET] = part[spec.column].to_numpy(dtype=float)[rows]
+        kept[SUBMIT] = part["submit_time_s"].to_numpy(dtype=float)[rows]
+        return kept
+    return label
+
+
+def _check_order(labelled: Any) -> None:
+    """Refuse labelled jobs that are not in submission order, naming the first one out of order."""
+    bounds = labelled[SUBMIT].map_partitions(_bounds, meta=pd.DataFrame({"first": [0.0], "last": [0.0],
+                                                                           "bad": [""]})).compute()
+    previous, where = -np.inf, None
+    for i, (first, last, bad) in enumerate(bounds.itertuples(index=False)):
+        if bad:
+            where = f"partition {i}, job {bad}"
+        elif not np.isnan(first) and first < previous:
+            where = f"partition {i}, its first labelled job, submitted before the last one of partition {i - 1}"
+        if where:
+            raise ValueError(f"trace: labelled jobs must come in submission order (sort the trace by submit_time_s "
+                             f"and index it in that order); out of order at {where}")
+        previous = last if not np.isnan(last) else previous
+    return
+
+
+def _bounds(submit: pd.Series) -> pd.DataFrame:
+    values = np.nan_to_num(submit.to_numpy(dtype=float), nan=-np.inf)
+    drop = np.flatnonzero(np.diff(values) < 0)
+    bad = str(submit.index[drop[0] + 1]) if drop.size else ""
+    first, last = (float(values[0]), float(values[-1])) if len(values) else (np.nan, np.nan)
+    return pd.DataFrame({"first": [first], "last": [last], "bad": [bad]})
+
+
+def _rows(frame: Any, counts: list[int], start: int, stop: int) -> Any:
+    """The rows at positions [start, stop) of ``frame`` (positions count across partitions), in the partitions
+    of ``frame`` that hold some of them."""
+    starts = _starts(counts)
+    wanted = [i for i, (first, count) in enumerate(zip(starts, counts, strict=True))
+              if first < stop and first + count > start]
+    if not wanted:
+        return frame.partitions[:1].map_partitions(_slice, 0, 0, meta=frame._meta)
+    bounds = [(max(start - starts[i], 0), min(stop - starts[i], counts[i])) for i in wanted]
+    return frame.partitions[wanted].map_partitions(_slice_numbered, bounds, meta=frame._meta)
+
+
+def _starts(counts: list[int]) -> list[int]:
+    return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int).tolist() if counts else []
+
+
+def _slice(part: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
+    return part.iloc[lo:hi]
+
+
+def _slice_numbered(part: pd.DataFrame, bounds: list[tuple[int, int]],
+                    partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+    assert partition_info is not None  # dask passes it to a function that names it
+    lo, hi = bounds[partition_info["number"]]
+    return part.iloc[lo:hi]
+
+
+def fit_partitioned(estimator: ResidualEstimator, frame: dd.DataFrame) -> ResidualEstimator:
+    """Fit ``estimator`` (family ``lgbm`` or ``history``) on ``frame`` (features and :data:`TARGET`, in submission
+    order, e.g. a :class:`PartitionedSplit`'s ``train``) where they are: see the module docstring."""
+    rows: Any = frame  # dask's collections carry no annotations
+    if estimator.family not in FAMILIES:
+        raise ValueError(f"model family {estimator.family!r} has no fit on Dask partitions; one of "
+                         f"{', '.join(FAMILIES)} (the forest fits in one process)")
+    names = [c for c in rows.columns if c != TARGET]
+    counts = rows.map_partitions(len).compute().tolist()
+    total = int(sum(counts))
+    split = estimator.prepare(names, total)
+    z = np.log1p(rows[TARGET].compute().to_numpy(dtype=float))
+    estimator.fallback_ = float(np.median(z[:split]))
+    estimator.learner_ = estimator.cold_ = None
+    if estimator.family != "history":
+        training = _training_frame(estimator, _rows(rows, counts, 0, split), split).persist()
+        inputs = [c for c in training.columns if c.startswith("in_")]
+        cold = [c for c in training.columns if c.startswith("cold_")]
+        estimator.learner_ = DaskResidualLearner(estimator.family, estimator.seed, estimator.params).fit(
+            training[inputs], training["residual"], training["weight"])
+        estimator.cold_ = DaskResidualLearner(estimator.family, estimator.seed, estimator.cold_params()).fit(
+            training[cold], training["z"], training["unit"])
+    meta = pd.DataFrame({name: pd.Series(dtype=float) for name in ("z", *CALIBRATION_COLUMNS)})
+    calibrating = _rows(rows, counts, split, total).map_partitions(_calibration_frame, estimator, meta=meta).compute()
+    return estimator.calibrate(calibrating["z"].to_numpy(dtype=float),
+                               calibrating.drop(columns=["z"]).to_numpy(dtype=float))
+
+
+def _training_frame(estimator: ResidualEstimator, rows: Any, split: int) -> Any:
+    """Per training row: the residual learner's inputs (``in_*``), residual and recency weight; the cold-start
+    learner's inputs (``cold_*``), ln(1 + target) and a unit weight. Kept on the workers."""
+    counts = rows.map_partitions(len).compute().tolist()
+    build = partial(_training_columns, estimator=estimator, starts=_starts(counts), split=split)
+    return rows.map_partitions(build, meta=build(rows._meta, partition_info={"number": 0}))
+
+
+def _training_columns(part: pd.DataFrame, estimator: ResidualEstimator, starts: list[int], split: int,
+                      partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+    assert partition_info is not None
+    start = starts[partition_info["number"]] if starts else 0
+    matrix = part[estimator.feature_names_].to_numpy(dtype=float)
+    z = np.log1p(part[TARGET].to_numpy(dtype=float))
+    rule = estimator._rule(matrix)
+    inputs = estimator._inputs(matrix, rule)
+    cold = matrix[:, estimator.absolute_index_]
+    columns = {f"in_{k}": inputs[:, k] for k in range(inputs.shape[1])}
+    columns |= {"residual": z - rule, "weight": estimator.recency(np.arange(start, start + len(part)), split)}
+    columns |= {f"cold_{k}": cold[:, k] for k in range(cold.shape[1])}
+    columns |= {"z": z, "unit": np.ones(len(part))}
+    return pd.DataFrame(columns, index=part.index)
+
+
+def _calibration_frame(part: pd.DataFrame, estimator: ResidualEstimator) -> pd.DataFrame:
+    """ln(1 + target) and :meth:`ResidualEstimator.calibration_columns` of each calibration row."""
+    columns = estimator.calibration_columns(part[estimator.feature_names_].to_numpy(dtype=float))
+    frame = pd.DataFrame(columns, columns=list(CALIBRATION_COLUMNS), index=part.index)
+    frame.insert(0, "z", np.log1p(part[TARGET].to_numpy(dtype=float)))
+    return frame
+
+
+def predict_partitioned(estimator: ResidualEstimator, frame: dd.DataFrame) -> dd.DataFrame:
+    """P50, P90 and mean of every row of ``rows`` (its feature columns), partitioned as ``rows`` is."""
+    def answer(part: pd.DataFrame) -> pd.DataFrame:
+        predicted = estimator.predict_matrix(part[estimator.feature_names_].to_numpy(dtype=float))
+        mean = predicted.mean if predicted.mean is not None else np.full(len(part), np.nan)
+        return pd.DataFrame({"p50": predicted.p50, "p90": predicted.p90, "mean": mean}, index=part.index)
+    rows: Any = frame
+    return cast("dd.DataFrame", rows.map_partitions(answer, meta=pd.DataFrame({"p50": [], "p90": [], "mean": []},
+                                                                                dtype=float)))
+
+
+def score_partitioned(estimator: ResidualEstimator, rows: dd.DataFrame) -> dict[str, float]:
+    """:func:`training.pipeline.metrics.scores` of ``estimator`` on ``rows`` (with :data:`TARGET`): P50, P90 and
+    the actual value come back, three floats per row."""
+    lazy: Any = importlib.import_module("dask.dataframe")
+    both = lazy.concat([predict_partitioned(estimator, rows)[["p50", "p90"]], rows[[TARGET]]], axis=1).compute()
+    return scores(both["p50"].to_numpy(float), both["p90"].to_numpy(float), both[TARGET].to_numpy(float))
