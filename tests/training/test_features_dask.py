@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import dask.dataframe as dd
 import pandas as pd
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from training.features.distributed import Served, causal_features, shuffle_plan
 from training.features.frames import build_features
@@ -21,13 +19,6 @@ ROWS = 4000
 @pytest.fixture(scope="module")
 def pai_rows() -> pd.DataFrame:
     return get_source("pai2020-jobs").load().iloc[:ROWS]
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[Client]:
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
-            Client(cluster) as connected:
-        yield connected
 
 
 def test_one_shuffle_serves_every_key_that_contains_its_columns() -> None:

@@ -3,13 +3,11 @@ single-process path on real PAI rows."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from training.features.targets import target_spec
 from training.ingest.sources import get_source
@@ -34,13 +32,6 @@ SPEC = target_spec("pai2020-jobs", "duration")
 @pytest.fixture(scope="module")
 def table() -> pd.DataFrame:
     return get_source("pai2020-jobs").load().iloc[:ROWS]
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[Client]:
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
-            Client(cluster) as connected:
-        yield connected
 
 
 @pytest.fixture(scope="module")

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from tests.service.test_cli_errors import gpuplace, one_error
 from training.dask_cluster import local_workers
@@ -17,13 +16,6 @@ from training.replay.sweep import SweepRun, SweepSetup, grid, sweep
 
 SETUP = SweepSetup(cluster="openb", jobs=100, rate=1000.0)
 """Real jobs of both traces on the real openb GPU nodes, arriving fast so that they queue and the policies matter."""
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[Client]:
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
-            Client(cluster) as connected:
-        yield connected
 
 
 def test_a_sweep_on_two_workers_gives_each_run_the_numbers_it_gives_here(client: Client) -> None:
