@@ -46,7 +46,29 @@ def dask_scheduler(address: str | None) -> str | None:
     import distributed  # noqa: F401
 
     logging.getLogger("distributed").setLevel(logging.WARNING)
+    # Its shuffles note each start and stop as a warning, a few per trace: what to act on is only an error there.
+    logging.getLogger("distributed.shuffle").setLevel(logging.ERROR)
     return address
+
+
+TraceOpt = Annotated[Path | None, typer.Option(
+    "--trace", help="a canonical Parquet trace (a file as gpuplace ingest writes it, or a folder of them) read, "
+                    "featured and fitted on the Dask workers, for traces larger than this machine's memory; needs "
+                    "--dask-scheduler; targets with a history rule, families lgbm and history")]
+
+
+def stored_trace(trace: Path | None, scheduler: str | None, algo: str) -> Path | None:
+    """``--trace`` checked against what it needs: a scheduler, an existing path, a family that fits on partitions."""
+    if trace is None:
+        return None
+    if scheduler is None:
+        raise CommandError("--trace: the trace is read on a Dask cluster; give --dask-scheduler (local:N for N "
+                           "worker processes on this machine)")
+    if not trace.exists():
+        raise CommandError(f"--trace {trace}: no such file or folder")
+    if algo not in ("lgbm", "history"):
+        raise CommandError(f"--trace: --algo {algo!r} has no fit on Dask partitions; lgbm or history")
+    return trace
 
 
 @contextmanager
@@ -71,9 +93,13 @@ def evaluate(
         "--validation", help="leave the later jobs out and score on the later share of the earlier ones "
         "(where model choices are made)")] = False,
     scheduler: DaskSchedulerOpt = None,
+    trace: TraceOpt = None,
+    algo: Annotated[str, typer.Option(help="with --trace: the family fitted beside the rule alone (lgbm or "
+                                           "history)")] = "lgbm",
 ) -> None:
     """Fit baselines and models on earlier jobs, score them on later ones; write JSON and PNG plots. With
-    --dask-scheduler, the LightGBM boosters are fitted on the Dask cluster (slightly different trees)."""
+    --dask-scheduler, the LightGBM boosters are fitted on the Dask cluster (slightly different trees); with
+    --trace too, everything runs on the cluster's partitions of a stored trace (no plots)."""
     import json
 
     from training.features.targets import TARGETS
@@ -81,9 +107,16 @@ def evaluate(
     from training.pipeline.report import run_report  # imports the ML stack: only when a command needs it
 
     scheduler = dask_scheduler(scheduler)
+    stored = stored_trace(trace, scheduler, algo)
     if not every and target not in TARGETS.get(source, {}):
         known = "; ".join(f"{s}: {', '.join(t)}" for s, t in TARGETS.items())
         raise CommandError(f"no labels for --source {source!r} --target {target!r}; sources and targets: {known}")
+    if stored is not None:
+        if every or validation:
+            raise CommandError("--trace evaluates one --source and --target on the later jobs: not with --all or "
+                               "--validation")
+        _evaluate_stored(source, target, stored, out, scheduler, algo, seed, test_share)
+        return
     pairs = [(s, t) for s, targets in TARGETS.items() if SOURCES[s].shipped for t in targets] if every \
         else [(source, target)]
     base = out or home() / "reports"
@@ -103,6 +136,21 @@ def evaluate(
     base.mkdir(parents=True, exist_ok=True)
     (base / "summary.json").write_text(json.dumps(summary, indent=2))
     console.print(f"reports and plots under {base}")
+
+
+def _evaluate_stored(source: str, target: str, trace: Path, out: Path | None, scheduler: str | None, algo: str,
+                     seed: int, test_share: float) -> None:
+    from training.pipeline.stored import evaluate_stored
+
+    assert scheduler is not None  # stored_trace asked for it
+    folder = (out or home() / "reports") / f"{source}-{target}-partitioned"
+    with progress(console, "evaluating") as steps, unreachable_as_error():
+        try:
+            report = evaluate_stored(source, target, trace, folder, scheduler, algo, seed, test_share, steps.update)
+        except ValueError as exc:
+            raise CommandError(f"--trace {trace}: {exc}") from None
+    console.print(estimator_table(report))
+    console.print(f"report under {folder}")
 
 
 def estimator_table(report: dict[str, Any]) -> Table:
@@ -154,18 +202,33 @@ def train(
     test_share: Annotated[float, typer.Option(min=0.05, max=0.9, help="later share of jobs held out")] = 0.3,
     name: NameOpt = DEFAULT_MODEL_NAME,
     scheduler: DaskSchedulerOpt = None,
+    trace: TraceOpt = None,
 ) -> None:
     """Train a bundle on real traces, log it to MLflow and register it as the challenger. With --dask-scheduler,
-    the LightGBM boosters are fitted on the Dask cluster."""
+    the LightGBM boosters are fitted on the Dask cluster; with --trace too, the source's targets with a history rule
+    are trained on the cluster's partitions of that stored trace."""
     from training.pipeline.train import train_and_register
 
     if algo not in ALGOS:
         raise CommandError(f"--algo {algo!r}: one of {', '.join(ALGOS)}")
     scheduler = dask_scheduler(scheduler)
+    stored = stored_trace(trace, scheduler, algo)
+    if stored is not None and len(source or []) > 1:
+        raise CommandError("--trace holds one source's jobs: give one --source")
     store = registry(name)
     with progress(console, "training") as steps, unreachable_as_error():
-        result = train_and_register(store, source or ["pai2020-jobs"], algo, seed, test_share,
-                                    progress=steps.update, scheduler=scheduler)
+        if stored is not None:
+            from training.pipeline.stored import train_stored_and_register
+
+            assert scheduler is not None  # stored_trace asked for it
+            try:
+                result = train_stored_and_register(store, (source or ["pai2020-jobs"])[0], stored, scheduler, algo,
+                                                   seed, test_share, progress=steps.update)
+            except ValueError as exc:
+                raise CommandError(f"--trace {stored}: {exc}") from None
+        else:
+            result = train_and_register(store, source or ["pai2020-jobs"], algo, seed, test_share,
+                                        progress=steps.update, scheduler=scheduler)
     for report in result.reports.values():
         console.print(estimator_table(report))
     console.print(f"registered {name} version {result.version} (alias challenger), run {result.run_id}")

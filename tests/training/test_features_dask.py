@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from distributed import Client
 
-from training.features.distributed import Served, causal_features, shuffle_plan
+from training.features.distributed import Served, causal_features, causal_state, shuffle_plan
 from training.features.frames import build_features
 from training.features.targets import target_spec
 from training.ingest.sources import get_source
@@ -43,3 +43,22 @@ def test_a_trace_without_known_divisions_is_refused(pai_rows: pd.DataFrame) -> N
     trace = dd.from_pandas(pai_rows.iloc[:100], npartitions=2).clear_divisions()
     with pytest.raises(ValueError, match="known divisions"):
         causal_features(trace, target_spec("pai2020-jobs", "duration"))
+
+
+@pytest.mark.parametrize("target", ["duration", "gpu_request"])
+def test_dask_history_state_equals_the_single_process_state(pai_rows: pd.DataFrame, client: Client,
+                                                            target: str) -> None:
+    spec = target_spec("pai2020-jobs", target)
+    _, single = build_features(pai_rows, spec)
+    trace = dd.from_pandas(pai_rows, npartitions=3)
+    state = causal_state(trace, spec, causal_features(trace, spec))
+    assert state.keys == single.keys
+    assert state.tables == single.tables
+    assert sum(len(table) for table in state.tables.values()) > 100  # keys with history, not empty tables
+    if spec.recent_keys:
+        assert state.recent is not None and single.recent is not None
+        assert state.recent.tables == single.recent.tables
+        assert state.recent.error_q90 == single.recent.error_q90
+        assert (state.recent.window, state.recent.halflife) == (single.recent.window, single.recent.halflife)
+    else:
+        assert state.recent is None and single.recent is None

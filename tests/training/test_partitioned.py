@@ -12,7 +12,7 @@ from distributed import Client
 from training.features.targets import target_spec
 from training.ingest.sources import get_source
 from training.pipeline.distributed import DaskResidualLearner
-from training.pipeline.evaluate import Split, model, time_split
+from training.pipeline.evaluate import Split, by_depth, model, time_split
 from training.pipeline.metrics import scores
 from training.pipeline.partitioned import (
     TARGET,
@@ -41,7 +41,7 @@ def single(table: pd.DataFrame) -> Split:
 
 @pytest.fixture(scope="module")
 def spread(table: pd.DataFrame, client: Client) -> PartitionedSplit:
-    return split_partitioned(dd.from_pandas(table, npartitions=3), SPEC)
+    return split_partitioned(dd.from_pandas(table, npartitions=3), SPEC, state=True)
 
 
 def test_the_split_holds_the_same_jobs_and_features_in_the_same_order(single: Split, spread: PartitionedSplit) -> None:
@@ -50,6 +50,12 @@ def test_the_split_holds_the_same_jobs_and_features_in_the_same_order(single: Sp
         held = frame.compute()
         pd.testing.assert_frame_equal(held.drop(columns=[TARGET]), single.features.iloc[rows])
         np.testing.assert_array_equal(held[TARGET].to_numpy(), single.target[rows])
+
+
+def test_the_split_carries_the_history_state_serving_starts_from(single: Split, spread: PartitionedSplit) -> None:
+    assert spread.state is not None and spread.state.tables == single.state.tables
+    assert spread.state.recent is not None and single.state.recent is not None
+    assert spread.state.recent.error_q90 == single.state.recent.error_q90
 
 
 def test_the_rule_alone_is_fitted_and_scored_exactly_as_in_one_process(single: Split,
@@ -64,8 +70,10 @@ def test_the_rule_alone_is_fitted_and_scored_exactly_as_in_one_process(single: S
     answered = predict_partitioned(spread_fit, spread.test).compute()
     np.testing.assert_array_equal(answered["p50"].to_numpy(), expected.p50)
     np.testing.assert_array_equal(answered["p90"].to_numpy(), expected.p90)
-    assert score_partitioned(spread_fit, spread.test) == scores(expected.point, expected.p90,
-                                                                single.target[single.test])
+    scored = score_partitioned(spread_fit, spread.test)
+    actual = single.target[single.test]
+    assert scored == {**scores(expected.point, expected.p90, actual),
+                      "by_depth": by_depth(expected, actual, single.features.iloc[single.test]["depth"].to_numpy())}
 
 
 def test_the_learners_are_fitted_on_the_workers_and_calibrated_as_in_one_process(single: Split,

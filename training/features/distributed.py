@@ -21,8 +21,12 @@ Two parts span the whole trace and are not partitioned:
   the frame itself is computed: ``persist()`` the trace first where the cluster has the memory for it.
 
 The largest key's jobs must fit in one worker's memory (the shuffle keeps a key together). The result equals
-``build_features(table, spec)[0]`` row for row (``tests/training/test_features_dask.py``); the history state a
-registered model serves from is not built here.
+``build_features(table, spec)[0]`` row for row (``tests/training/test_features_dask.py``).
+
+The history state a registered model serves from (``build_features(table, spec)[1]``), :func:`causal_state`, is
+made on the same shuffles: each partition's keys are its own, so each partition's state after its last finished
+job is that of its keys, and the states are merged in this process. It holds one entry per key value (what a
+served model keeps in memory anyway), not one per job.
 """
 
 from __future__ import annotations
@@ -43,8 +47,8 @@ from training.features.frames import (
     recent_columns,
     with_keys,
 )
-from training.features.history import causal_history, feature_names
-from training.features.recent import recent_history
+from training.features.history import HistoryState, causal_history, feature_names
+from training.features.recent import RecentState, recent_history
 from training.features.rule import RULE, RULE_SCALE, rolling_errors, scale_at
 
 if TYPE_CHECKING:
@@ -99,12 +103,55 @@ def causal_features(trace: dd.DataFrame, spec: TargetSpec) -> dd.DataFrame:
                      hyperparams=hyperparameter_names(counts.groupby(level=0).sum().to_dict()))
     frame = lazy.map_partitions(finish, work, causal, meta=finish(work._meta, causal._meta), align_dataframes=False)
     if spec.recent_keys:
-        finished = lazy.concat([work[["end_time_s", spec.column, "censored"]], frame[[RULE]]], axis=1).compute()
+        finished = _side_by_side([work[["end_time_s", spec.column, "censored"]], frame[[RULE]]]).compute()
         ends, rolling = rolling_errors(finished, spec.column, finished[RULE].to_numpy(dtype=float))
         gauge = partial(_with_scale, ends=ends, rolling=rolling)
         frame = lazy.map_partitions(gauge, frame, work["submit_time_s"], align_dataframes=False,
                                     meta=gauge(frame._meta, work._meta["submit_time_s"]))
     return cast("dd.DataFrame", frame)
+
+
+def causal_state(trace: dd.DataFrame, spec: TargetSpec, features: dd.DataFrame) -> HistoryState:
+    """The history state after every finished job of ``trace``, as ``build_features(trace.compute(), spec)[1]``
+    gives it; ``features``: :func:`causal_features` of the same trace (its rule column sets the error scale)."""
+    rows: Any = trace
+    work = rows.map_partitions(_keyed_rows, meta=_keyed_rows(rows._meta))
+    state = HistoryState({name: tuple(columns) for name, columns in spec.keys.items()})
+    recent = RecentState(spec.recent_window, spec.recent_halflife) if spec.recent_keys else None
+    for columns, served in shuffle_plan(spec).items():
+        compute = partial(_part_state, served=served, spec=spec)
+        meta = pd.DataFrame({"history": pd.Series(dtype=object), "recent": pd.Series(dtype=object)})
+        states = work.shuffle(on=list(columns)).map_partitions(compute, meta=meta).compute()
+        for history, windows in states.itertuples(index=False):
+            for name, table in history.items():
+                state.tables[name].update(table)
+            if recent is not None:
+                for name, table in windows.items():
+                    recent.tables.setdefault(name, {}).update(table)
+    if recent is not None:
+        frame: Any = features
+        finished = _side_by_side([work[["end_time_s", spec.column, "censored"]], frame[[RULE]]]).compute()
+        ends, rolling = rolling_errors(finished, spec.column, finished[RULE].to_numpy(dtype=float))
+        recent.error_q90 = float(rolling[-1]) if len(ends) else float("nan")
+        state.recent = recent
+    return state
+
+
+def _side_by_side(frames: list[Any]) -> Any:
+    """Frames of the same partitions side by side."""
+    return importlib.import_module("dask.dataframe").concat(frames, axis=1)
+
+
+def _part_state(part: pd.DataFrame, served: Served, spec: TargetSpec) -> pd.DataFrame:
+    """One row: the history tables and recent windows of the keys ``served`` after one partition's finished jobs."""
+    part = part.sort_index(kind="stable")
+    history_keys = {n: spec.keys[n] for n in served.history}
+    recent = dict(spec.recent_keys)
+    recent_keys = {n: recent[n] for n in served.recent}
+    tables = causal_history(part, spec.column, history_keys)[1].tables if history_keys else {}
+    windows = (recent_history(part, spec.column, recent_keys, spec.recent_window, spec.recent_halflife)[1].tables
+               if recent_keys else {})
+    return pd.DataFrame({"history": [tables], "recent": [windows]})
 
 
 def _keyed_rows(part: pd.DataFrame) -> pd.DataFrame:

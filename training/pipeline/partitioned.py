@@ -38,10 +38,13 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
+from models.prediction import Prediction
 from models.residual import ResidualEstimator
-from training.features.distributed import causal_features
+from training.features.distributed import causal_features, causal_state
 from training.features.frames import TargetSpec, target_rows
+from training.features.history import HistoryState
 from training.pipeline.distributed import DaskResidualLearner
+from training.pipeline.evaluate import by_depth
 from training.pipeline.metrics import scores
 
 if TYPE_CHECKING:
@@ -68,13 +71,18 @@ class PartitionedSplit:
     held: dd.DataFrame
     """Every labelled job, persisted on the workers: ``train`` and ``test`` read it, and the workers keep it only
     while some collection refers to it."""
+    state: HistoryState | None = None
+    """The history state after every finished job of the trace (what a registered model serves from), when asked."""
 
 
-def split_partitioned(trace: Any, spec: TargetSpec, test_share: float = 0.3) -> PartitionedSplit:
+def split_partitioned(trace: Any, spec: TargetSpec, test_share: float = 0.3,
+                      state: bool = False) -> PartitionedSplit:
     """``time_split`` of a trace on Dask: the causal features of every job, the labelled ones cut by count in
-    submission order. ``trace``: a sorted, unique index with known divisions, in submission order."""
+    submission order; with ``state``, also the history state serving starts from. ``trace``: a sorted, unique
+    index with known divisions, in submission order."""
     lazy: Any = importlib.import_module("dask.dataframe")
-    features = causal_features(trace, spec)
+    lazy_features: Any = causal_features(trace, spec)
+    features = lazy_features.persist()  # read again by the history state
     names = list(features.columns)
     label = partial_label(spec)
     # Held on the workers once computed: the split, the fit and the scoring each read it again, and the causal
@@ -87,7 +95,8 @@ def split_partitioned(trace: Any, spec: TargetSpec, test_share: float = 0.3) -> 
     cut = round(total * (1.0 - test_share))
     without_submit = labelled.drop(columns=[SUBMIT])
     return PartitionedSplit(_rows(without_submit, counts, 0, cut), _rows(without_submit, counts, cut, total),
-                            cut, total - cut, names, labelled)
+                            cut, total - cut, names, labelled,
+                            causal_state(trace, spec, features) if state else None)
 
 
 def partial_label(spec: TargetSpec) -> Any:
@@ -224,9 +233,15 @@ def predict_partitioned(estimator: ResidualEstimator, frame: dd.DataFrame) -> dd
                                                                                 dtype=float)))
 
 
-def score_partitioned(estimator: ResidualEstimator, rows: dd.DataFrame) -> dict[str, float]:
-    """:func:`training.pipeline.metrics.scores` of ``estimator`` on ``rows`` (with :data:`TARGET`): P50, P90 and
-    the actual value come back, three floats per row."""
+def score_partitioned(estimator: ResidualEstimator, frame: dd.DataFrame) -> dict[str, Any]:
+    """:func:`training.pipeline.metrics.scores` of ``estimator`` on ``frame`` (with :data:`TARGET`), and the same
+    per history depth (``by_depth``, as ``evaluate`` reports it): P50, P90, the actual value and the depth come
+    back, four floats per row."""
     lazy: Any = importlib.import_module("dask.dataframe")
-    both = lazy.concat([predict_partitioned(estimator, rows)[["p50", "p90"]], rows[[TARGET]]], axis=1).compute()
-    return scores(both["p50"].to_numpy(float), both["p90"].to_numpy(float), both[TARGET].to_numpy(float))
+    rows: Any = frame
+    both = lazy.concat([predict_partitioned(estimator, frame), rows[[TARGET, "depth"]]], axis=1).compute()
+    predicted = Prediction(both["p50"].to_numpy(float), both["p50"].to_numpy(float), both["p90"].to_numpy(float),
+                           estimator.version, both["mean"].to_numpy(float))
+    actual = both[TARGET].to_numpy(float)
+    return {**scores(predicted.point, predicted.p90, actual),
+            "by_depth": by_depth(predicted, actual, both["depth"].to_numpy(float))}

@@ -64,18 +64,18 @@ def write_report(source: str, target: str, split: Split, result: dict[str, Any],
                           "an in-sample reference no causal estimator can be held to",
         "notes": [NO_DATA_NOTE], "plots": [str(p) for p in files],
     }
-    clean: dict[str, Any] = _finite(report)
+    clean: dict[str, Any] = finite(report)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(clean, indent=2))
     return clean
 
 
-def _finite(value: Any) -> Any:
+def finite(value: Any) -> Any:
     """JSON has no NaN: write missing metrics as null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_finite(v) for v in value]
+        return [finite(v) for v in value]
     return value

@@ -39,13 +39,18 @@ class TrainResult:
 def source_digest(source: str) -> str:
     """sha256 of the shipped file(s) of ``source``: which data a model saw."""
     path = get_source(source).default_path()
-    if path is None:
-        return "unshipped"
+    return "unshipped" if path is None else files_digest(path)
+
+
+def files_digest(path: Path) -> str:
+    """sha256 of the file at ``path``, or of the files under the folder in name order, read a block at a time."""
     files = sorted(path.rglob("*")) if path.is_dir() else [path]
     digest = hashlib.sha256()
     for file in files:
         if file.is_file():
-            digest.update(file.read_bytes())
+            with file.open("rb") as handle:
+                while block := handle.read(1 << 20):
+                    digest.update(block)
     return digest.hexdigest()
 
 
@@ -85,23 +90,34 @@ def train_and_register(registry: ModelRegistry, sources: Sequence[str], algo: st
                 reports[name] = write_report(source, name, split, result, (algo,), Path(tmp) / name, seed)
                 targets[name] = TargetModel(spec, source, estimator, split.state)
                 logged[f"target.{name}"] = f"{source}:{spec.column}"
-                metrics.update(_headline(name, reports[name]["estimators"], algo))
+                metrics.update(headline(name, reports[name]["estimators"], algo))
                 examples.append(split.table.iloc[split.test[:5]])
-        carried = shipped_needs(say) if needs else None
-        for target, where in (carried.sources() if carried else {}).items():
-            logged[f"needs.{target}"] = where
-        say("registering")
-        run_id, version = _log_and_register(registry, EstimatorBundle(targets, needs=carried), logged, metrics,
-                                            pd.concat(examples), Path(tmp))
-    registry.set_alias(CHALLENGER, version)
+        run_id, version = register_challenger(registry, targets, logged, metrics, pd.concat(examples), Path(tmp),
+                                              needs, say)
     return TrainResult(version, run_id, metrics, reports)
+
+
+def register_challenger(registry: ModelRegistry, targets: dict[str, TargetModel], logged: dict[str, str],
+                        metrics: dict[str, float], examples: pd.DataFrame, artifacts: Path, needs: bool,
+                        say: Progress) -> tuple[str, str]:
+    """Carry the estimators from stated hyperparameters (where ``needs``), log the run, register the bundle of
+    ``targets`` and give it the alias ``challenger``; (run id, version)."""
+    carried = shipped_needs(say) if needs else None
+    for target, where in (carried.sources() if carried else {}).items():
+        logged[f"needs.{target}"] = where
+    say("registering")
+    run_id, version = log_and_register(registry, EstimatorBundle(targets, needs=carried), logged, metrics, examples,
+                                       artifacts)
+    registry.set_alias(CHALLENGER, version)
+    return run_id, version
 
 
 def _prefixed(say: Progress, prefix: str) -> Progress:
     return lambda estimator: say(f"{prefix}: fitting {estimator}")
 
 
-def _headline(target: str, estimators: dict[str, Any], algo: str) -> dict[str, float]:
+def headline(target: str, estimators: dict[str, Any], algo: str) -> dict[str, float]:
+    """The metrics a run logs of one target: the model's headline figures and each baseline's MALE."""
     found: dict[str, float] = {}
     for name, entry in estimators.items():
         prefix = f"{target}.model" if name == algo else f"{target}.baseline.{name.replace(':', '.')}"
@@ -111,8 +127,10 @@ def _headline(target: str, estimators: dict[str, Any], algo: str) -> dict[str, f
     return found
 
 
-def _log_and_register(registry: ModelRegistry, bundle: EstimatorBundle, params: dict[str, str],
-                      metrics: dict[str, float], examples: pd.DataFrame, artifacts: Path) -> tuple[str, str]:
+def log_and_register(registry: ModelRegistry, bundle: EstimatorBundle, params: dict[str, str],
+                     metrics: dict[str, float], examples: pd.DataFrame, artifacts: Path) -> tuple[str, str]:
+    """Log a run (parameters, metrics, the files under ``artifacts``) and register ``bundle`` from it; (run id,
+    version). ``examples``: a few jobs, the signature's and the input example's."""
     jobs = examples[[c for c in JOB_COLUMNS if c in examples]].reset_index(drop=True)
     jobs = jobs.astype({c: "object" if str(jobs[c].dtype).startswith(("string", "category")) else "float64"
                         for c in jobs.columns if c not in ("censored",)})

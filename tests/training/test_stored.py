@@ -1,0 +1,82 @@
+"""Evaluating and training from a stored Parquet trace on Dask (training.pipeline.stored), and the command line's
+--trace: real PAI rows, a real MLflow registry, a real Dask cluster."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from distributed import Client
+
+from models.registry import ModelRegistry, default_uri
+from training.features.frames import build_features
+from training.features.targets import target_spec
+from training.ingest.sources import get_source
+from training.ingest.tables import write_tables
+from training.pipeline.evaluate import evaluate, model, time_split
+from training.pipeline.stored import evaluate_stored, partitioned_targets, train_stored_and_register
+
+REPO = Path(__file__).resolve().parents[2]
+ROWS = 5000
+SPEC = target_spec("pai2020-jobs", "duration")
+
+
+@pytest.fixture(scope="module")
+def table() -> pd.DataFrame:
+    return get_source("pai2020-jobs").load().iloc[:ROWS]
+
+
+@pytest.fixture(scope="module")
+def stored(table: pd.DataFrame, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("trace")
+    write_tables({"part-0": table.iloc[:2000], "part-1": table.iloc[2000:]}, folder)
+    return folder
+
+
+def test_the_rule_alone_scores_as_in_one_process(table: pd.DataFrame, stored: Path, client: Client,
+                                                 tmp_path: Path) -> None:
+    report = evaluate_stored("pai2020-jobs", "duration", stored, tmp_path, client.scheduler.address, "history")
+    single = evaluate(time_split(table, SPEC), {"history": model(SPEC, "history")})["estimators"]["history"]
+    assert report["estimators"]["history"]["male"] == single["male"]
+    assert report["estimators"]["history"]["p90_coverage"] == single["p90_coverage"]
+    assert report["estimators"]["history"]["by_depth"] == single["by_depth"]
+    assert report["split"]["test_rows"] == round(len(time_split(table, SPEC).test))
+    assert (tmp_path / "report.json").stat().st_size > 0
+
+
+def test_a_bundle_trained_on_the_workers_is_registered_and_serves_from_the_traces_history(
+        table: pd.DataFrame, stored: Path, client: Client, tmp_path: Path) -> None:
+    store = ModelRegistry(default_uri(tmp_path), "stored-test", artifact_root=tmp_path / "mlartifacts")
+    result = train_stored_and_register(store, "pai2020-jobs", stored, client.scheduler.address, "lgbm",
+                                       needs=False)
+    assert set(result.reports) == {"duration"} and partitioned_targets("pai2020-jobs")[0] == ["duration"]
+    assert result.metrics["duration.model.male"] == result.reports["duration"]["estimators"]["lgbm"]["male"]
+    _, bundle = store.load(result.version)
+    served = bundle.targets["duration"]
+    assert served.state.tables == build_features(table, SPEC)[1].tables
+    last = table.iloc[-1]
+    job = pd.DataFrame([{"user": last["user"], "group": last["group"], "req_gpu": last["req_gpu"],
+                         "req_cpu_cores": last["req_cpu_cores"], "instances": 1}])
+    answer = bundle.predict(None, job)
+    assert np.isfinite(answer["duration_p50"]).all() and (answer["duration_p90"] >= answer["duration_p50"]).all()
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["evaluate", "--trace", "{trace}"], "give --dask-scheduler"),
+    (["evaluate", "--trace", "{trace}", "--dask-scheduler", "local:1", "--algo", "rf"], "no fit on Dask partitions"),
+    (["evaluate", "--trace", "{trace}", "--dask-scheduler", "local:1", "--target", "gpu_request"],
+     "no history rule"),
+    (["train", "--trace", "{trace}/absent", "--dask-scheduler", "local:1"], "no such file or folder"),
+])
+def test_what_a_stored_trace_needs_is_named(stored: Path, tmp_path: Path, arguments: list[str],
+                                            message: str) -> None:
+    command = [sys.executable, "-m", "service.cli", *(a.format(trace=stored) for a in arguments)]
+    out = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=300,
+                         env={**os.environ, "GPUPLACE_HOME": str(tmp_path), "COLUMNS": "200"})
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert message in out.stderr + out.stdout
