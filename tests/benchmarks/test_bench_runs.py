@@ -98,6 +98,19 @@ def test_needs_benchmark_runs_and_writes_its_figures(tmp_path: Path) -> None:
     assert "Held-out errors" in proc.stdout
 
 
+@pytest.mark.slow
+def test_stored_trace_benchmark_runs_and_writes_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "stored.json"
+    command = [sys.executable, "tests/benchmarks/bench_stored_trace.py", "--copies", "1,2", "--head", "3000",
+               "--workers", "1", "--out", str(out)]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(out.read_text())["results"]
+    assert [(r["jobs"], r["path"]) for r in results] == [(3000, "in-process"), (3000, "stored"),
+                                                         (6000, "in-process"), (6000, "stored")]
+    assert all(r["peak_mib_above_imports"] >= 0 and 0 <= r["p90_coverage"] <= 1 for r in results)
+
+
 def test_epoch_band_benchmark_runs_and_prints_each_variant() -> None:
     command = [sys.executable, "tests/benchmarks/bench_epoch_bands.py"]
     proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
