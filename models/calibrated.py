@@ -99,27 +99,48 @@ class CalibratedEstimator:
         """Frame columns the estimator does not read (to fit it on an earlier feature set)."""
 
     def fit(self, features: pd.DataFrame, target: FloatArray) -> Self:
+        z = np.log1p(np.asarray(target, dtype=float))
+        split = self.prepare(list(features.columns), len(z))
+        self.fallback_ = float(np.median(z[:split]))
+        features = features[self.feature_names_]
+        self.learner_ = self._learner().fit(features.iloc[:split], z[:split])
+        return self.calibrate(z[split:], self.calibration_columns(features.iloc[split:].to_numpy(dtype=float)))
+
+    # The parts of ``fit``, in its order, for a caller that holds the rows elsewhere
+    # (``training.pipeline.partitioned`` fits on a Dask cluster's partitions with them).
+
+    def prepare(self, feature_names: Sequence[str], rows: int) -> int:
+        """Check the family, take the feature names it reads (``dropped`` left out); the number of rows the learner
+        fits on (the rest calibrate)."""
         if self.family not in LEARNERS:
             raise ValueError(f"unknown model family {self.family!r}; known: {', '.join(LEARNERS)}")
-        z = np.log1p(np.asarray(target, dtype=float))
-        split = int(len(z) * (1.0 - self.calibration_share))
-        if split < 10 or len(z) - split < 10:
-            raise ValueError(f"need at least 10 rows on each side of the calibration split, got {len(z)} rows")
-        self.fallback_ = float(np.median(z[:split]))
-        features = features.drop(columns=[c for c in self.dropped if c in features])
-        self.feature_names_ = list(features.columns)
-        self.learner_ = self._learner().fit(features.iloc[:split], z[:split])
+        split = int(rows * (1.0 - self.calibration_share))
+        if split < 10 or rows - split < 10:
+            raise ValueError(f"need at least 10 rows on each side of the calibration split, got {rows} rows")
+        self.feature_names_ = [c for c in feature_names if c not in self.dropped]
         self.baseline_index_ = self.feature_names_.index(self.baseline_column)
         self.depth_index_ = self.feature_names_.index(self.depth_column)
-        cal = features.iloc[split:].to_numpy(dtype=float)
-        p50, p90 = self.learner_.predict_quantiles(cal)
-        base = self._baseline(cal)
-        buckets = self._buckets(cal)
-        self.weights_, self.offsets_ = self._calibrate(z[split:], p50, np.maximum(p90 - p50, 0.0), base, buckets)
         self.mean_index_ = [self.feature_names_.index(c) for c in self.mean_columns if c in self.feature_names_]
+        return split
+
+    def calibration_columns(self, matrix: FloatArray) -> FloatArray:
+        """What calibrating reads of each row of ``matrix`` (columns ``feature_names_``, after the learner is
+        fitted), one row each: the learner's P50 and P90, the baseline, the depth bucket, the first known history
+        mean (NaN if none)."""
+        p50, p90 = self.learner_.predict_quantiles(matrix)
+        first_mean = history_mean(matrix, self.mean_index_, np.full(len(matrix), np.nan))
+        return np.column_stack([p50, p90, self._baseline(matrix), self._buckets(matrix), first_mean])
+
+    def calibrate(self, z_cal: FloatArray, columns: FloatArray) -> Self:
+        """Blend weights, P90 offsets and mean weights from the calibration rows' ln(1 + target) and
+        :meth:`calibration_columns`."""
+        p50, p90, base, buckets, first_mean = (columns[:, 0], columns[:, 1], columns[:, 2],
+                                               columns[:, 3].astype(int), columns[:, 4])
+        self.weights_, self.offsets_ = self._calibrate(z_cal, p50, np.maximum(p90 - p50, 0.0), base, buckets)
         if self.mean_index_:
             y50 = np.maximum(np.expm1(self.weights_[buckets] * p50 + (1.0 - self.weights_[buckets]) * base), 0.0)
-            self.mean_weights_ = self._mean_weights(np.expm1(z[split:]), y50, self._history_mean(cal, y50), buckets)
+            history = np.where(np.isnan(first_mean), y50, first_mean)
+            self.mean_weights_ = self._mean_weights(np.expm1(z_cal), y50, history, buckets)
         return self
 
     def _learner(self) -> QuantileLearner:

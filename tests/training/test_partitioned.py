@@ -9,14 +9,16 @@ import pandas as pd
 import pytest
 from distributed import Client
 
+from models.calibrated import CalibratedEstimator
 from training.features.targets import target_spec
 from training.ingest.sources import get_source
-from training.pipeline.distributed import DaskResidualLearner
-from training.pipeline.evaluate import Split, by_depth, model, time_split
+from training.pipeline.distributed import DaskLightGBMLearner, DaskResidualLearner
+from training.pipeline.evaluate import Split, baselines, by_depth, evaluate, model, time_split
 from training.pipeline.metrics import scores
 from training.pipeline.partitioned import (
     TARGET,
     PartitionedSplit,
+    fit_on_targets,
     fit_partitioned,
     predict_partitioned,
     score_partitioned,
@@ -93,6 +95,34 @@ def test_the_learners_are_fitted_on_the_workers_and_calibrated_as_in_one_process
     # And it answers as the single-process estimator does, from its local boosters, without the cluster.
     held = single.features.iloc[single.test]
     np.testing.assert_array_equal(fitted.predict(held).p50, predict_partitioned(fitted, spread.test).compute()["p50"])
+
+
+def test_the_stacked_estimator_is_fitted_on_the_workers_and_calibrated_as_in_one_process(
+        table: pd.DataFrame) -> None:
+    # A target without a history rule: the median and P90 boosters on the features as they are.
+    spec = target_spec("pai2020-jobs", "gpu_request")
+    single, spread = time_split(table, spec), split_partitioned(dd.from_pandas(table, npartitions=3), spec)
+    fitted = fit_partitioned(model(spec, "lgbm", seed=2, params=SMALL), spread.train)
+    assert isinstance(fitted, CalibratedEstimator) and isinstance(fitted.learner_, DaskLightGBMLearner)
+    x, y = single.features.iloc[single.train], single.target[single.train]
+    again = model(spec, "lgbm", seed=2, params=SMALL)
+    assert isinstance(again, CalibratedEstimator)
+    split = again.prepare(list(x.columns), len(y))
+    again.fallback_, again.learner_ = fitted.fallback_, fitted.learner_
+    again.calibrate(np.log1p(y[split:]), again.calibration_columns(x[again.feature_names_].to_numpy(float)[split:]))
+    np.testing.assert_array_equal(again.offsets_, fitted.offsets_)
+    np.testing.assert_array_equal(again.weights_, fitted.weights_)
+    held = single.features.iloc[single.test]
+    np.testing.assert_array_equal(fitted.predict(held).p90, predict_partitioned(fitted, spread.test).compute()["p90"])
+
+
+def test_the_baselines_learn_the_targets_alone_and_score_as_in_one_process(single: Split,
+                                                                          spread: PartitionedSplit) -> None:
+    fitted = fit_on_targets(baselines(SPEC), spread.train)
+    expected = evaluate(single, baselines(SPEC))["estimators"]
+    for name, estimator in fitted.items():
+        scored = score_partitioned(estimator, spread.test)
+        assert scored["male"] == expected[name]["male"] and scored["mae"] == expected[name]["mae"], name
 
 
 def test_the_forest_is_refused_by_name(spread: PartitionedSplit) -> None:

@@ -13,13 +13,15 @@ import pandas as pd
 import pytest
 from distributed import Client
 
+from models.calibrated import CalibratedEstimator
 from models.registry import ModelRegistry, default_uri
 from training.features.frames import build_features
-from training.features.targets import target_spec
+from training.features.targets import TARGETS, target_spec
 from training.ingest.sources import get_source
 from training.ingest.tables import write_tables
-from training.pipeline.evaluate import evaluate, model, time_split
-from training.pipeline.stored import evaluate_stored, partitioned_targets, train_stored_and_register
+from training.pipeline.evaluate import baselines, evaluate, model, time_split
+from training.pipeline.report import finite
+from training.pipeline.stored import evaluate_stored, train_stored_and_register
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = 5000
@@ -41,12 +43,21 @@ def stored(table: pd.DataFrame, tmp_path_factory: pytest.TempPathFactory) -> Pat
 def test_the_rule_alone_scores_as_in_one_process(table: pd.DataFrame, stored: Path, client: Client,
                                                  tmp_path: Path) -> None:
     report = evaluate_stored("pai2020-jobs", "duration", stored, tmp_path, client.scheduler.address, "history")
-    single = evaluate(time_split(table, SPEC), {"history": model(SPEC, "history")})["estimators"]["history"]
-    assert report["estimators"]["history"]["male"] == single["male"]
-    assert report["estimators"]["history"]["p90_coverage"] == single["p90_coverage"]
-    assert report["estimators"]["history"]["by_depth"] == single["by_depth"]
-    assert report["split"]["test_rows"] == round(len(time_split(table, SPEC).test))
+    single = evaluate(time_split(table, SPEC), {**baselines(SPEC), "history": model(SPEC, "history")})
+    assert set(report["estimators"]) == set(single["estimators"])
+    for name, entry in finite(single["estimators"]).items():  # the causal baselines and the rule alone
+        for key in ("male", "mae", "p90_coverage", "n"):
+            assert report["estimators"][name][key] == _approx(entry[key]), (name, key)
+        for depth, scores in entry["by_depth"].items():
+            assert report["estimators"][name]["by_depth"][depth]["male"] == _approx(scores["male"]), (name, depth)
+    assert report["split"]["test_rows"] == len(time_split(table, SPEC).test)
+    assert report["best_causal_baseline"] == min(baselines(SPEC), key=lambda n: single["estimators"][n]["male"])
     assert (tmp_path / "report.json").stat().st_size > 0
+
+
+def _approx(value: float | None) -> object:
+    """A score as a report writes it: NaN as null."""
+    return None if value is None else pytest.approx(value)
 
 
 def test_a_bundle_trained_on_the_workers_is_registered_and_serves_from_the_traces_history(
@@ -54,23 +65,23 @@ def test_a_bundle_trained_on_the_workers_is_registered_and_serves_from_the_trace
     store = ModelRegistry(default_uri(tmp_path), "stored-test", artifact_root=tmp_path / "mlartifacts")
     result = train_stored_and_register(store, "pai2020-jobs", stored, client.scheduler.address, "lgbm",
                                        needs=False)
-    assert set(result.reports) == {"duration"} and partitioned_targets("pai2020-jobs")[0] == ["duration"]
+    assert set(result.reports) == set(TARGETS["pai2020-jobs"])  # the rule-corrected and the stacked targets
     assert result.metrics["duration.model.male"] == result.reports["duration"]["estimators"]["lgbm"]["male"]
     _, bundle = store.load(result.version)
-    served = bundle.targets["duration"]
-    assert served.state.tables == build_features(table, SPEC)[1].tables
+    assert bundle.targets["duration"].state.tables == build_features(table, SPEC)[1].tables
+    assert isinstance(bundle.targets["gpu_request"].estimator, CalibratedEstimator)
     last = table.iloc[-1]
     job = pd.DataFrame([{"user": last["user"], "group": last["group"], "req_gpu": last["req_gpu"],
                          "req_cpu_cores": last["req_cpu_cores"], "instances": 1}])
     answer = bundle.predict(None, job)
-    assert np.isfinite(answer["duration_p50"]).all() and (answer["duration_p90"] >= answer["duration_p50"]).all()
+    for target in ("duration", "gpu_request", "cpu_request"):
+        assert np.isfinite(answer[f"{target}_p50"]).all() and (answer[f"{target}_p90"] >= answer[f"{target}_p50"]).all()
 
 
 @pytest.mark.parametrize(("arguments", "message"), [
     (["evaluate", "--trace", "{trace}"], "give --dask-scheduler"),
     (["evaluate", "--trace", "{trace}", "--dask-scheduler", "local:1", "--algo", "rf"], "no fit on Dask partitions"),
-    (["evaluate", "--trace", "{trace}", "--dask-scheduler", "local:1", "--target", "gpu_request"],
-     "no history rule"),
+    (["evaluate", "--trace", "{trace}", "--dask-scheduler", "local:1", "--all"], "not with --all"),
     (["train", "--trace", "{trace}/absent", "--dask-scheduler", "local:1"], "no such file or folder"),
 ])
 def test_what_a_stored_trace_needs_is_named(stored: Path, tmp_path: Path, arguments: list[str],

@@ -26,11 +26,9 @@ from typing import Any, Self
 
 import lightgbm as lgb
 import numpy as np
-import pandas as pd
 
 from models.calibrated import CalibratedEstimator
 from models.learners import LGBM_DEFAULTS, LightGBMLearner, QuantileLearner
-from models.prediction import FloatArray
 from models.residual import LGBM_PARAMS, ResidualEstimator, ResidualLearner
 
 Fitted = CalibratedEstimator | ResidualEstimator
@@ -84,9 +82,11 @@ def _spread(client: Any, workers: list[str], values: np.ndarray) -> Any:
 class DaskLightGBMLearner(LightGBMLearner):
     """The median (L1) and P90 (quantile) boosters, fitted on the workers."""
 
-    def fit(self, features: pd.DataFrame, target: FloatArray) -> Self:
+    def fit(self, features: Any, target: Any) -> Self:
+        """A pandas frame and numpy target, or a dask frame and series whose partitions the workers hold."""
         params = {**LGBM_DEFAULTS, **(self.params or {}), "random_state": self.seed}
-        matrix, names = features.to_numpy(dtype=float), list(features.columns)
+        on_workers = importlib.import_module("dask").is_dask_collection(features)
+        matrix, names = (features if on_workers else features.to_numpy(dtype=float)), list(features.columns)
         self.median_ = fit_booster({"objective": "l1", **params}, matrix, target, names=names)
         self.upper_ = fit_booster({"objective": "quantile", "alpha": 0.9, **params}, matrix, target, names=names)
         return self

@@ -1,28 +1,30 @@
-"""The rule-corrected duration estimator trained and scored on a Dask cluster's partitions, for a trace whose
-feature matrix does not fit in one process.
+"""The estimators trained and scored on a Dask cluster's partitions, for a trace whose feature matrix does not fit
+in one process.
 
-The single-process path (``time_split``, ``ResidualEstimator.fit``, ``evaluate``) holds every job's features
-in the calling process. Here the features stay in the partitions :func:`training.features.distributed.
-causal_features` makes, on the workers, and only a few numbers per job come back:
+The single-process path (``time_split``, the estimators' ``fit``, ``evaluate``) holds every job's features in the
+calling process. Here the features stay in the partitions :func:`training.features.distributed.causal_features`
+makes, on the workers, and only a few numbers per job come back:
 
 * the split: each partition's count of labelled jobs (one integer per partition);
-* the learners: LightGBM's residual and cold-start boosters are fitted by ``lightgbm.dask`` on blocks the
-  workers build from their own partitions (the inputs made relative to the history rule, the residual, the
-  recency weight from the job's position), never gathered;
-* ln(1 + duration) of the training jobs (one float per job: their median is the rule's fallback);
-* for the calibration jobs, the six numbers calibrating reads (``ResidualEstimator.calibration_columns``:
-  rule, depth bucket, error scale, history mean, the two corrections) and their ln(1 + duration);
-* for the held-out jobs, P50, P90 and the actual duration, to score.
+* the learners: LightGBM's boosters are fitted by ``lightgbm.dask`` on the workers' own partitions, never
+  gathered: for the rule-corrected estimator (``models.residual``) the residual and cold-start boosters, on blocks
+  the workers build (inputs made relative to the history rule, the residual, the recency weight from the job's
+  position); for the stacked one (``models.calibrated``, targets without a rule) the median and P90 boosters, on
+  the features as they are;
+* ln(1 + target) of the training jobs (one float per job: their median is the fallback);
+* for the calibration jobs, the few numbers calibrating reads (the estimator's ``calibration_columns``: six for
+  the rule-corrected estimator, five for the stacked one) and their ln(1 + target);
+* for the held-out jobs, P50, P90, the actual value and the history depth, to score.
 
 So the calling process holds O(jobs) floats, a few per job, where the single-process path holds the whole
 feature matrix (about 60 per job on the PAI trace). The fitted estimator is the one the single-process path
 makes: its learners are local LightGBM models and everything else is computed by the same methods, so it
 predicts, pickles and serves without a cluster.
 
-What equals the single-process path: the split, the rule's fallback, the calibration given the same learners,
-the whole of the ``history`` family (no learner). What does not: the boosters (LightGBM's distributed learner
-bins features per worker and bags per worker; ``training.pipeline.distributed``). The forest has no distributed
-learner and is refused.
+What equals the single-process path: the split, the fallback, the calibration given the same learners, the whole
+of the ``history`` family (no learner). What does not: the boosters (LightGBM's distributed learner bins features
+per worker and bags per worker; ``training.pipeline.distributed``). The forest has no distributed learner and is
+refused.
 
 Rows must come in submission order (the trace's index order), as the single-process split orders them: each
 partition's submit times are checked, and the first job out of order is named.
@@ -31,19 +33,22 @@ partition's submit times are checked, and the first job out of order is named.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 import pandas as pd
 
+from models.calibrated import CalibratedEstimator
 from models.prediction import Prediction
+from models.protocol import Estimator
 from models.residual import ResidualEstimator
 from training.features.distributed import causal_features, causal_state
 from training.features.frames import TargetSpec, target_rows
 from training.features.history import HistoryState
-from training.pipeline.distributed import DaskResidualLearner
+from training.pipeline.distributed import DaskLightGBMLearner, DaskResidualLearner
 from training.pipeline.evaluate import by_depth
 from training.pipeline.metrics import scores
 
@@ -54,8 +59,12 @@ TARGET = "_target"
 """The label's column beside the features in a partitioned split's frames."""
 SUBMIT = "_submit_s"
 FAMILIES = ("lgbm", "history")
+STACKED_FAMILIES = ("lgbm",)
 CALIBRATION_COLUMNS = ("rule", "bucket", "scale", "history_mean", "correction", "cold_correction")
 """The columns of ``ResidualEstimator.calibration_columns``, in its order."""
+STACKED_CALIBRATION_COLUMNS = ("p50", "p90", "baseline", "bucket", "history_mean")
+"""The columns of ``CalibratedEstimator.calibration_columns``, in its order."""
+Partitionable = TypeVar("Partitionable", bound=ResidualEstimator | CalibratedEstimator)
 
 
 @dataclass(frozen=True)
@@ -162,32 +171,51 @@ def _slice_numbered(part: pd.DataFrame, bounds: list[tuple[int, int]],
     return part.iloc[lo:hi]
 
 
-def fit_partitioned(estimator: ResidualEstimator, frame: dd.DataFrame) -> ResidualEstimator:
-    """Fit ``estimator`` (family ``lgbm`` or ``history``) on ``frame`` (features and :data:`TARGET`, in submission
-    order, e.g. a :class:`PartitionedSplit`'s ``train``) where they are: see the module docstring."""
+def fit_partitioned(estimator: Partitionable, frame: dd.DataFrame) -> Partitionable:
+    """Fit ``estimator`` on ``frame`` (features and :data:`TARGET`, in submission order, e.g. a
+    :class:`PartitionedSplit`'s ``train``) where its rows are: see the module docstring. The rule-corrected
+    estimator of family ``lgbm`` or ``history``, or the stacked one of family ``lgbm``."""
     rows: Any = frame  # dask's collections carry no annotations
-    if estimator.family not in FAMILIES:
-        raise ValueError(f"model family {estimator.family!r} has no fit on Dask partitions; one of "
-                         f"{', '.join(FAMILIES)} (the forest fits in one process)")
+    _check_family(estimator)
     names = [c for c in rows.columns if c != TARGET]
     counts = rows.map_partitions(len).compute().tolist()
     total = int(sum(counts))
     split = estimator.prepare(names, total)
     z = np.log1p(rows[TARGET].compute().to_numpy(dtype=float))
     estimator.fallback_ = float(np.median(z[:split]))
-    estimator.learner_ = estimator.cold_ = None
-    if estimator.family != "history":
-        training = _training_frame(estimator, _rows(rows, counts, 0, split), split).persist()
-        inputs = [c for c in training.columns if c.startswith("in_")]
-        cold = [c for c in training.columns if c.startswith("cold_")]
-        estimator.learner_ = DaskResidualLearner(estimator.family, estimator.seed, estimator.params).fit(
-            training[inputs], training["residual"], training["weight"])
-        estimator.cold_ = DaskResidualLearner(estimator.family, estimator.seed, estimator.cold_params()).fit(
-            training[cold], training["z"], training["unit"])
-    meta = pd.DataFrame({name: pd.Series(dtype=float) for name in ("z", *CALIBRATION_COLUMNS)})
+    training = _rows(rows, counts, 0, split)
+    if isinstance(estimator, CalibratedEstimator):
+        target = training[TARGET].map_partitions(np.log1p, meta=(TARGET, float))
+        estimator.learner_ = DaskLightGBMLearner(seed=estimator.seed, params=estimator.params).fit(
+            training[estimator.feature_names_], target)
+    else:
+        _fit_residual_learners(estimator, training, split)
+    meta = pd.DataFrame({name: pd.Series(dtype=float) for name in ("z", *_calibration_names(estimator))})
     calibrating = _rows(rows, counts, split, total).map_partitions(_calibration_frame, estimator, meta=meta).compute()
-    return estimator.calibrate(calibrating["z"].to_numpy(dtype=float),
-                               calibrating.drop(columns=["z"]).to_numpy(dtype=float))
+    estimator.calibrate(calibrating["z"].to_numpy(dtype=float), calibrating.drop(columns=["z"]).to_numpy(dtype=float))
+    return estimator
+
+
+def _check_family(estimator: Partitionable) -> None:
+    stacked = isinstance(estimator, CalibratedEstimator)
+    known = STACKED_FAMILIES if stacked else FAMILIES
+    if estimator.family not in known:
+        kind = "the stacked estimator" if stacked else "the rule-corrected estimator"
+        raise ValueError(f"model family {estimator.family!r} has no fit on Dask partitions for {kind}; one of "
+                         f"{', '.join(known)} (the forest fits in one process)")
+
+
+def _fit_residual_learners(estimator: ResidualEstimator, training: Any, split: int) -> None:
+    estimator.learner_ = estimator.cold_ = None
+    if estimator.family == "history":
+        return
+    columns = _training_frame(estimator, training, split).persist()
+    inputs = [c for c in columns.columns if c.startswith("in_")]
+    cold = [c for c in columns.columns if c.startswith("cold_")]
+    estimator.learner_ = DaskResidualLearner(estimator.family, estimator.seed, estimator.params).fit(
+        columns[inputs], columns["residual"], columns["weight"])
+    estimator.cold_ = DaskResidualLearner(estimator.family, estimator.seed, estimator.cold_params()).fit(
+        columns[cold], columns["z"], columns["unit"])
 
 
 def _training_frame(estimator: ResidualEstimator, rows: Any, split: int) -> Any:
@@ -214,18 +242,32 @@ def _training_columns(part: pd.DataFrame, estimator: ResidualEstimator, starts: 
     return pd.DataFrame(columns, index=part.index)
 
 
-def _calibration_frame(part: pd.DataFrame, estimator: ResidualEstimator) -> pd.DataFrame:
-    """ln(1 + target) and :meth:`ResidualEstimator.calibration_columns` of each calibration row."""
+def _calibration_names(estimator: Partitionable) -> tuple[str, ...]:
+    return STACKED_CALIBRATION_COLUMNS if isinstance(estimator, CalibratedEstimator) else CALIBRATION_COLUMNS
+
+
+def _calibration_frame(part: pd.DataFrame, estimator: Partitionable) -> pd.DataFrame:
+    """ln(1 + target) and the estimator's ``calibration_columns`` of each calibration row."""
     columns = estimator.calibration_columns(part[estimator.feature_names_].to_numpy(dtype=float))
-    frame = pd.DataFrame(columns, columns=list(CALIBRATION_COLUMNS), index=part.index)
+    frame = pd.DataFrame(columns, columns=list(_calibration_names(estimator)), index=part.index)
     frame.insert(0, "z", np.log1p(part[TARGET].to_numpy(dtype=float)))
     return frame
 
 
-def predict_partitioned(estimator: ResidualEstimator, frame: dd.DataFrame) -> dd.DataFrame:
-    """P50, P90 and mean of every row of ``rows`` (its feature columns), partitioned as ``rows`` is."""
+def fit_on_targets(estimators: Mapping[str, Estimator], frame: dd.DataFrame) -> dict[str, Estimator]:
+    """Fit estimators that read only the training targets (the causal baselines of ``evaluate.baselines``: the
+    history chain and the global median take the median, the request nothing): the target comes back, one float
+    per job, once for all of them."""
+    rows: Any = frame
+    target = rows[TARGET].compute().to_numpy(dtype=float)
+    empty = rows._meta.drop(columns=[TARGET])
+    return {name: estimator.fit(empty, target) for name, estimator in estimators.items()}
+
+
+def predict_partitioned(estimator: Estimator, frame: dd.DataFrame) -> dd.DataFrame:
+    """P50, P90 and mean of every row of ``frame`` (its feature columns), partitioned as ``frame`` is."""
     def answer(part: pd.DataFrame) -> pd.DataFrame:
-        predicted = estimator.predict_matrix(part[estimator.feature_names_].to_numpy(dtype=float))
+        predicted = estimator.predict(part.drop(columns=[TARGET], errors="ignore"))
         mean = predicted.mean if predicted.mean is not None else np.full(len(part), np.nan)
         return pd.DataFrame({"p50": predicted.p50, "p90": predicted.p90, "mean": mean}, index=part.index)
     rows: Any = frame
@@ -233,7 +275,7 @@ def predict_partitioned(estimator: ResidualEstimator, frame: dd.DataFrame) -> dd
                                                                                 dtype=float)))
 
 
-def score_partitioned(estimator: ResidualEstimator, frame: dd.DataFrame) -> dict[str, Any]:
+def score_partitioned(estimator: Estimator, frame: dd.DataFrame) -> dict[str, Any]:
     """:func:`training.pipeline.metrics.scores` of ``estimator`` on ``frame`` (with :data:`TARGET`), and the same
     per history depth (``by_depth``, as ``evaluate`` reports it): P50, P90, the actual value and the depth come
     back, four floats per row."""
@@ -241,7 +283,7 @@ def score_partitioned(estimator: ResidualEstimator, frame: dd.DataFrame) -> dict
     rows: Any = frame
     both = lazy.concat([predict_partitioned(estimator, frame), rows[[TARGET, "depth"]]], axis=1).compute()
     predicted = Prediction(both["p50"].to_numpy(float), both["p50"].to_numpy(float), both["p90"].to_numpy(float),
-                           estimator.version, both["mean"].to_numpy(float))
+                           "", both["mean"].to_numpy(float))
     actual = both[TARGET].to_numpy(float)
     return {**scores(predicted.point, predicted.p90, actual),
             "by_depth": by_depth(predicted, actual, both["depth"].to_numpy(float))}

@@ -2,23 +2,25 @@
 training rows stay on the workers (``training.ingest.partitioned``, ``training.features.distributed``,
 ``training.pipeline.partitioned``), for traces larger than this process's memory.
 
-What runs here: the targets with a history rule (PAI's duration), with the families that fit on partitions
-(``lgbm``, and ``history``, the rule alone, which is also every report's baseline). A target without a rule has
-its estimators fitted in one process only: training names those it leaves out, evaluation refuses them. The
-report has the single-process report's figures (scores overall and by history depth, the split) without its
-plots, which would bring every held-out job here.
+Every target of a source trains and evaluates this way, with the families that fit on partitions: ``lgbm`` (the
+rule-corrected estimator where the target has a history rule, the stacked one elsewhere) and ``history`` (the rule
+alone; the stacked LightGBM for a target without a rule, as in one process). Beside the model, a report scores the
+causal baselines of ``evaluate.baselines`` (they learn only the training targets' median) and, where the target has
+a rule, the rule alone. The report has the single-process report's figures (scores overall and by history depth,
+the split, the best causal baseline) without its plots, which would bring every held-out job here.
 """
 
 from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from models.calibrated import CalibratedEstimator
 from models.registry import ModelRegistry
 from models.residual import ResidualEstimator
 from training.dask_cluster import connect
@@ -26,10 +28,11 @@ from training.features.frames import TargetSpec
 from training.features.targets import TARGETS, target_spec
 from training.ingest.partitioned import read_trace
 from training.pipeline.bundle import TargetModel
-from training.pipeline.evaluate import model
+from training.pipeline.evaluate import baselines, model
 from training.pipeline.partitioned import (
     FAMILIES,
     PartitionedSplit,
+    fit_on_targets,
     fit_partitioned,
     score_partitioned,
     split_partitioned,
@@ -38,14 +41,9 @@ from training.pipeline.report import UNITS, finite
 from training.pipeline.train import TrainResult, files_digest, headline, register_challenger
 
 Progress = Callable[[str], None]
-BASELINE = "history"
-"""What every report sets the model beside: the history rule alone, with its calibrated P90."""
-
-
-def partitioned_targets(source: str) -> tuple[list[str], list[str]]:
-    """``source``'s targets that train on partitions (those with a history rule), and the others."""
-    specs = TARGETS[source]
-    return [t for t, s in specs.items() if s.recent_keys], [t for t, s in specs.items() if not s.recent_keys]
+RULE_ALONE = "history"
+"""The family that is the history rule alone, with its calibrated P90, scored beside the model where there is a
+rule."""
 
 
 def evaluate_stored(source: str, target: str, trace: Path, out: Path, scheduler: str, algo: str = "lgbm",
@@ -70,13 +68,9 @@ def train_stored_and_register(registry: ModelRegistry, source: str, trace: Path,
     """:func:`training.pipeline.train.train_and_register` for the targets of ``source`` with a history rule, from
     the stored ``trace`` on the Dask cluster at ``scheduler``; the bundle serves from the history state at the end
     of the trace, as one trained in one process does."""
-    trained, left_out = partitioned_targets(source)
-    if not trained:
-        raise ValueError(f"source {source!r} has no target with a history rule: its estimators fit in one process "
-                         f"only (train it without a stored trace)")
+    if source not in TARGETS:
+        raise ValueError(f"source {source!r} has no training labels; sources with labels: {', '.join(TARGETS)}")
     say = progress or (lambda _: None)
-    if left_out:
-        say(f"{source}: {', '.join(left_out)} fit in one process only; not in this bundle")
     targets: dict[str, TargetModel] = {}
     metrics: dict[str, float] = {}
     reports: dict[str, dict[str, Any]] = {}
@@ -86,7 +80,7 @@ def train_stored_and_register(registry: ModelRegistry, source: str, trace: Path,
     with tempfile.TemporaryDirectory(prefix="gpuplace-train-") as tmp, connect(scheduler):
         table = read_trace(trace)
         examples = table.head(5)
-        for name in trained:
+        for name in TARGETS[source]:
             spec = _spec(source, name, algo)
             say(f"{source} {name}: features and history state on the workers")
             split = split_partitioned(table, spec, test_share, state=True)
@@ -106,32 +100,25 @@ def train_stored_and_register(registry: ModelRegistry, source: str, trace: Path,
 def _spec(source: str, target: str, algo: str) -> TargetSpec:
     if algo not in FAMILIES:
         raise ValueError(f"algo {algo!r} does not fit on Dask partitions; one of {', '.join(FAMILIES)}")
-    spec = target_spec(source, target)
-    if not spec.recent_keys:
-        raise ValueError(f"{source} {target} has no history rule: its estimators fit in one process only "
-                         f"(evaluate it without a stored trace)")
-    return spec
+    return target_spec(source, target)
 
 
 def _fit_and_score(spec: TargetSpec, split: PartitionedSplit, algo: str, seed: int,
-                   say: Progress) -> tuple[ResidualEstimator, dict[str, Any]]:
-    """The model of ``algo`` and the rule alone, each fitted on ``split.train`` and scored on ``split.test``."""
-    entries: dict[str, Any] = {}
-    fitted: ResidualEstimator | None = None
-    for family in _families(algo):
+                   say: Progress) -> tuple[ResidualEstimator | CalibratedEstimator, dict[str, Any]]:
+    """The causal baselines, the rule alone (where ``spec`` has one) and the model of ``algo``, each fitted on
+    ``split.train`` and scored on ``split.test``."""
+    say("fitting the causal baselines")
+    entries = {name: score_partitioned(fitted, split.test)
+               for name, fitted in fit_on_targets(baselines(spec), split.train).items()}
+    fitted: ResidualEstimator | CalibratedEstimator | None = None
+    for family in dict.fromkeys((RULE_ALONE, algo) if spec.recent_keys else (algo,)):
         say(f"fitting {family} on the workers")
-        made = model(spec, family, seed)
-        assert isinstance(made, ResidualEstimator)  # a target with a rule (_spec) gets the rule-corrected family
-        estimator = fit_partitioned(made, split.train)
+        estimator = fit_partitioned(model(spec, family, seed), split.train)
         entries[family] = score_partitioned(estimator, split.test)
         if family == algo:
             fitted = estimator
     assert fitted is not None
     return fitted, entries
-
-
-def _families(algo: str) -> Sequence[str]:
-    return tuple(dict.fromkeys((BASELINE, algo)))
 
 
 def _report(source: str, target: str, spec: TargetSpec, split: PartitionedSplit, entries: dict[str, Any],
@@ -142,7 +129,8 @@ def _report(source: str, target: str, spec: TargetSpec, split: PartitionedSplit,
         "seed": seed, "trace": str(trace), "dask_scheduler": scheduler, "partitioned": True,
         "split": {"train_rows": split.train_rows, "test_rows": split.test_rows,
                   "test_share": split.test_rows / max(rows, 1), "order": "submit_time_s"},
-        "estimators": entries, "best_causal_baseline": BASELINE, "reference_in_sample": {},
+        "estimators": entries, "reference_in_sample": {},
+        "best_causal_baseline": min((n for n in entries if n in baselines(spec)), key=lambda n: entries[n]["male"]),
         "notes": ["fitted and scored on the Dask workers' partitions (training.pipeline.partitioned); no plots: they "
                   "would bring every held-out job into one process"],
     }
