@@ -11,6 +11,7 @@ Dask is imported here only when a connection is made, so that commands that do n
 from __future__ import annotations
 
 import importlib
+import logging
 import re
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -54,8 +55,10 @@ def connect(address: str) -> Iterator[Client]:
         with client:
             yield client
         return
-    with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+    # A task that fails (bad input in a trace, say) reaches the caller as the error it raised; the workers' own
+    # log of it, with the task's traceback, would print it again on this terminal.
+    with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  silence_logs=logging.CRITICAL) as cluster, distributed.Client(cluster) as client:
         yield client
 
 

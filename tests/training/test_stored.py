@@ -91,3 +91,18 @@ def test_what_a_stored_trace_needs_is_named(stored: Path, tmp_path: Path, argume
                          env={**os.environ, "GPUPLACE_HOME": str(tmp_path), "COLUMNS": "200"})
     assert out.returncode == 2, out.stdout + out.stderr
     assert message in out.stderr + out.stdout
+
+
+def test_a_bad_row_in_a_stored_trace_is_one_line_naming_file_row_and_column(table: pd.DataFrame,
+                                                                            tmp_path: Path) -> None:
+    broken = table.iloc[:3000].copy()
+    broken.loc[2500, "duration_s"] = -5.0
+    write_tables({"part-0": broken.iloc[:1000], "part-1": broken.iloc[1000:]}, tmp_path / "trace")
+    command = [sys.executable, "-m", "service.cli", "evaluate", "--trace", str(tmp_path / "trace"),
+               "--dask-scheduler", "local:1"]
+    out = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=300,
+                         env={**os.environ, "GPUPLACE_HOME": str(tmp_path), "COLUMNS": "200"})
+    assert out.returncode == 2, out.stdout + out.stderr
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "line 2501, column 'duration_s'" in errors[0] and str(tmp_path / "trace") in errors[0]
+    assert "Traceback" not in out.stderr and "Compute Failed" not in out.stderr

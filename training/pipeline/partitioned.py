@@ -91,9 +91,9 @@ def split_partitioned(trace: Any, spec: TargetSpec, test_share: float = 0.3,
     index with known divisions, in submission order."""
     lazy: Any = importlib.import_module("dask.dataframe")
     lazy_features: Any = causal_features(trace, spec)
-    features = lazy_features.persist()  # read again by the history state
+    features = lazy_features.persist() if state else lazy_features  # the history state reads them again
     names = list(features.columns)
-    label = partial_label(spec)
+    label = _labeller(spec)
     # Held on the workers once computed: the split, the fit and the scoring each read it again, and the causal
     # features' shuffles would otherwise run for each of them.
     labelled = lazy.map_partitions(label, features, trace, align_dataframes=False,
@@ -108,7 +108,7 @@ def split_partitioned(trace: Any, spec: TargetSpec, test_share: float = 0.3,
                             causal_state(trace, spec, features) if state else None)
 
 
-def partial_label(spec: TargetSpec) -> Any:
+def _labeller(spec: TargetSpec) -> Any:
     """The function that keeps a partition's labelled jobs (``target_rows``) with their label and submit time."""
     def label(features: pd.DataFrame, part: pd.DataFrame) -> pd.DataFrame:
         rows = target_rows(part, spec)
@@ -128,12 +128,11 @@ def _check_order(labelled: Any) -> None:
         if bad:
             where = f"partition {i}, job {bad}"
         elif not np.isnan(first) and first < previous:
-            where = f"partition {i}, its first labelled job, submitted before the last one of partition {i - 1}"
+            where = f"partition {i}, its first labelled job, submitted before the last one of an earlier partition"
         if where:
             raise ValueError(f"trace: labelled jobs must come in submission order (sort the trace by submit_time_s "
                              f"and index it in that order); out of order at {where}")
         previous = last if not np.isnan(last) else previous
-    return
 
 
 def _bounds(submit: pd.Series) -> pd.DataFrame:

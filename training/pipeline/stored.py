@@ -48,8 +48,8 @@ rule."""
 
 def evaluate_stored(source: str, target: str, trace: Path, out: Path, scheduler: str, algo: str = "lgbm",
                     seed: int = 0, test_share: float = 0.3, progress: Progress | None = None) -> dict[str, Any]:
-    """Fit ``algo`` and the rule alone on the earlier jobs of the stored ``trace``, score both on the later
-    ``test_share``; write ``report.json`` under ``out`` and return it."""
+    """Fit the causal baselines, the rule alone (where ``target`` has one) and ``algo`` on the earlier jobs of the
+    stored ``trace``, score them on the later ``test_share``; write ``report.json`` under ``out`` and return it."""
     spec = _spec(source, target, algo)
     say = progress or (lambda _: None)
     with connect(scheduler):
@@ -65,9 +65,9 @@ def evaluate_stored(source: str, target: str, trace: Path, out: Path, scheduler:
 def train_stored_and_register(registry: ModelRegistry, source: str, trace: Path, scheduler: str, algo: str = "lgbm",
                               seed: int = 0, test_share: float = 0.3, progress: Progress | None = None,
                               needs: bool = True) -> TrainResult:
-    """:func:`training.pipeline.train.train_and_register` for the targets of ``source`` with a history rule, from
-    the stored ``trace`` on the Dask cluster at ``scheduler``; the bundle serves from the history state at the end
-    of the trace, as one trained in one process does."""
+    """:func:`training.pipeline.train.train_and_register` for every target of ``source``, from the stored ``trace``
+    on the Dask cluster at ``scheduler``; the bundle serves from the history state at the end of the trace, as one
+    trained in one process does."""
     if source not in TARGETS:
         raise ValueError(f"source {source!r} has no training labels; sources with labels: {', '.join(TARGETS)}")
     say = progress or (lambda _: None)
