@@ -103,8 +103,7 @@ def causal_features(trace: dd.DataFrame, spec: TargetSpec) -> dd.DataFrame:
                      hyperparams=hyperparameter_names(counts.groupby(level=0).sum().to_dict()))
     frame = lazy.map_partitions(finish, work, causal, meta=finish(work._meta, causal._meta), align_dataframes=False)
     if spec.recent_keys:
-        finished = _side_by_side([work[["end_time_s", spec.column, "censored"]], frame[[RULE]]]).compute()
-        ends, rolling = rolling_errors(finished, spec.column, finished[RULE].to_numpy(dtype=float))
+        ends, rolling = _rule_errors(work, frame, spec)
         gauge = partial(_with_scale, ends=ends, rolling=rolling)
         frame = lazy.map_partitions(gauge, frame, work["submit_time_s"], align_dataframes=False,
                                     meta=gauge(frame._meta, work._meta["submit_time_s"]))
@@ -129,17 +128,18 @@ def causal_state(trace: dd.DataFrame, spec: TargetSpec, features: dd.DataFrame) 
                 for name, table in windows.items():
                     recent.tables.setdefault(name, {}).update(table)
     if recent is not None:
-        frame: Any = features
-        finished = _side_by_side([work[["end_time_s", spec.column, "censored"]], frame[[RULE]]]).compute()
-        ends, rolling = rolling_errors(finished, spec.column, finished[RULE].to_numpy(dtype=float))
+        ends, rolling = _rule_errors(work, features, spec)
         recent.error_q90 = float(rolling[-1]) if len(ends) else float("nan")
         state.recent = recent
     return state
 
 
-def _side_by_side(frames: list[Any]) -> Any:
-    """Frames of the same partitions side by side."""
-    return importlib.import_module("dask.dataframe").concat(frames, axis=1)
+def _rule_errors(work: Any, frame: Any, spec: TargetSpec) -> tuple[np.ndarray, np.ndarray]:
+    """``rolling_errors`` over the whole trace: each finished job's end time and the history rule's error, two
+    floats per job, gathered into this process."""
+    lazy: Any = importlib.import_module("dask.dataframe")
+    finished = lazy.concat([work[["end_time_s", spec.column, "censored"]], frame[[RULE]]], axis=1).compute()
+    return rolling_errors(finished, spec.column, finished[RULE].to_numpy(dtype=float))
 
 
 def _part_state(part: pd.DataFrame, served: Served, spec: TargetSpec) -> pd.DataFrame:
