@@ -5,7 +5,7 @@ training rows stay on the workers (``training.ingest.partitioned``, ``training.f
 Every target of a source trains and evaluates this way, with the families that fit on partitions: ``lgbm`` (the
 rule-corrected estimator where the target has a history rule, the stacked one elsewhere) and ``history`` (the rule
 alone; the stacked LightGBM for a target without a rule, as in one process). Beside the model, a report scores the
-causal baselines of ``evaluate.baselines`` (they learn only the training targets' median) and, where the target has
+causal baselines of ``evaluate.baselines`` (they learn at most the training targets' median) and, where the target has
 a rule, the rule alone. The report has the single-process report's figures (scores overall and by history depth,
 the split, the best causal baseline) without its plots, which would bring every held-out job here.
 """
