@@ -94,8 +94,8 @@ def evaluate(
         "(where model choices are made)")] = False,
     scheduler: DaskSchedulerOpt = None,
     trace: TraceOpt = None,
-    algo: Annotated[str, typer.Option(help="with --trace: the family fitted beside the rule alone (lgbm or "
-                                           "history)")] = "lgbm",
+    algo: Annotated[str, typer.Option(help="with --trace: the model family, lgbm or history, scored beside the "
+                                           "causal baselines (and the rule alone where the target has one)")] = "lgbm",
 ) -> None:
     """Fit baselines and models on earlier jobs, score them on later ones; write JSON and PNG plots. With
     --dask-scheduler, the LightGBM boosters are fitted on the Dask cluster (slightly different trees); with
@@ -205,8 +205,8 @@ def train(
     trace: TraceOpt = None,
 ) -> None:
     """Train a bundle on real traces, log it to MLflow and register it as the challenger. With --dask-scheduler,
-    the LightGBM boosters are fitted on the Dask cluster; with --trace too, the source's targets with a history rule
-    are trained on the cluster's partitions of that stored trace."""
+    the LightGBM boosters are fitted on the Dask cluster; with --trace too, every target of the source is trained on
+    the cluster's partitions of that stored trace."""
     from training.pipeline.train import train_and_register
 
     if algo not in ALGOS:
