@@ -99,7 +99,7 @@ def evaluate(
 ) -> None:
     """Fit baselines and models on earlier jobs, score them on later ones; write JSON and PNG plots. With
     --dask-scheduler, the LightGBM boosters are fitted on the Dask cluster (slightly different trees); with
-    --trace too, everything runs on the cluster's partitions of a stored trace (no plots)."""
+    --trace too, everything runs on the cluster's partitions of a stored trace."""
     import json
 
     from training.features.targets import TARGETS
@@ -150,7 +150,7 @@ def _evaluate_stored(source: str, target: str, trace: Path, out: Path | None, sc
         except ValueError as exc:
             raise CommandError(f"--trace {trace}: {exc}") from None
     console.print(estimator_table(report))
-    console.print(f"report under {folder}")
+    console.print(f"report and plots under {folder}")
 
 
 def estimator_table(report: dict[str, Any]) -> Table:

@@ -72,9 +72,11 @@ def test_the_rule_alone_is_fitted_and_scored_exactly_as_in_one_process(single: S
     answered = predict_partitioned(spread_fit, spread.test).compute()
     np.testing.assert_array_equal(answered["p50"].to_numpy(), expected.p50)
     np.testing.assert_array_equal(answered["p90"].to_numpy(), expected.p90)
-    scored = score_partitioned(spread_fit, spread.test)
+    scored = score_partitioned(spread_fit, spread.test, np.array([0, 5, 9]))
     actual = single.target[single.test]
-    assert scored == {**scores(expected.point, expected.p90, actual),
+    np.testing.assert_array_equal(scored.sample.p50, expected.p50[[0, 5, 9]])
+    np.testing.assert_array_equal(scored.actual, actual[[0, 5, 9]])
+    assert scored.scores == {**scores(expected.point, expected.p90, actual),
                       "by_depth": by_depth(expected, actual, single.features.iloc[single.test]["depth"].to_numpy())}
 
 
@@ -121,7 +123,7 @@ def test_the_baselines_learn_the_targets_alone_and_score_as_in_one_process(singl
     fitted = fit_on_targets(baselines(SPEC), spread.train)
     expected = evaluate(single, baselines(SPEC))["estimators"]
     for name, estimator in fitted.items():
-        scored = score_partitioned(estimator, spread.test)
+        scored = score_partitioned(estimator, spread.test).scores
         assert scored["male"] == expected[name]["male"] and scored["mae"] == expected[name]["mae"], name
 
 

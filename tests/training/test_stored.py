@@ -53,6 +53,9 @@ def test_the_rule_alone_scores_as_in_one_process(table: pd.DataFrame, stored: Pa
     assert report["split"]["test_rows"] == len(time_split(table, SPEC).test)
     assert report["best_causal_baseline"] == min(baselines(SPEC), key=lambda n: single["estimators"][n]["male"])
     assert (tmp_path / "report.json").stat().st_size > 0
+    assert sorted(Path(p).name for p in report["plots"]) == ["calibration.png", "error_by_depth.png",
+                                                             "predicted_vs_actual.png"]
+    assert all(Path(p).stat().st_size > 0 for p in report["plots"])
 
 
 def _approx(value: float | None) -> object:

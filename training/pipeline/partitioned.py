@@ -36,13 +36,14 @@ import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from models.calibrated import CalibratedEstimator
-from models.prediction import Prediction
+from models.prediction import FloatArray, Prediction
 from models.protocol import Estimator
 from models.residual import ResidualEstimator
 from training.features.distributed import causal_features, causal_state
@@ -274,15 +275,26 @@ def predict_partitioned(estimator: Estimator, frame: dd.DataFrame) -> dd.DataFra
                                                                                 dtype=float)))
 
 
-def score_partitioned(estimator: Estimator, frame: dd.DataFrame) -> dict[str, Any]:
+class Scored(NamedTuple):
+    """An estimator's scores on held-out rows, and its answers on a sample of them (for a plot)."""
+
+    scores: dict[str, Any]
+    sample: Prediction
+    actual: FloatArray
+
+
+def score_partitioned(estimator: Estimator, frame: dd.DataFrame, sample: npt.NDArray[np.intp] | None = None) -> Scored:
     """:func:`training.pipeline.metrics.scores` of ``estimator`` on ``frame`` (with :data:`TARGET`), and the same
     per history depth (``by_depth``, as ``evaluate`` reports it): P50, P90, the actual value and the depth come
-    back, four floats per row."""
+    back, four floats per row. ``sample``: positions among the rows whose answers are kept (none by default)."""
     lazy: Any = importlib.import_module("dask.dataframe")
     rows: Any = frame
     both = lazy.concat([predict_partitioned(estimator, frame), rows[[TARGET, "depth"]]], axis=1).compute()
     predicted = Prediction(both["p50"].to_numpy(float), both["p50"].to_numpy(float), both["p90"].to_numpy(float),
                            "", both["mean"].to_numpy(float))
     actual = both[TARGET].to_numpy(float)
-    return {**scores(predicted.point, predicted.p90, actual),
-            "by_depth": by_depth(predicted, actual, both["depth"].to_numpy(float))}
+    kept = np.zeros(0, dtype=np.intp) if sample is None else sample
+    mean = predicted.mean[kept] if predicted.mean is not None else None
+    return Scored({**scores(predicted.point, predicted.p90, actual),
+                   "by_depth": by_depth(predicted, actual, both["depth"].to_numpy(float))},
+                  Prediction(predicted.point[kept], predicted.p50[kept], predicted.p90[kept], "", mean), actual[kept])

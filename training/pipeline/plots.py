@@ -34,7 +34,8 @@ def predicted_vs_actual(predictions: dict[str, Prediction], actual: FloatArray, 
         ax.set_title(name)
         ax.set_xlabel(f"actual, log10(1 + {unit})")
         ax.set_ylabel(f"predicted P50, log10(1 + {unit})")
-    fig.suptitle(f"{subject}: predicted P50 against actual on the later jobs held out (red: exact)".lstrip(": "))
+    fig.suptitle(f"{subject}: predicted P50 against actual on the later jobs held out (red: exact)".lstrip(": "),
+                 wrap=True)
     return save_png(fig, path)
 
 
