@@ -8,7 +8,8 @@ real jobs, its size is made. Each variant is written as Parquet files of about 7
 
 Each path runs in a fresh Python process, so that its peak resident memory (``ru_maxrss``) is its own: in this
 process, the table loaded, its causal features built, ``lgbm`` fitted and scored (``time_split``, ``evaluate``);
-stored, ``evaluate_stored`` with ``lgbm`` on ``local:N`` (its workers are other processes; their memory is not
+stored, ``evaluate_stored`` with ``lgbm`` on ``local:N`` (which also scores the causal baselines and draws the
+report's plots; its workers are other processes; their memory is not
 counted, the point being what the calling machine must hold). Printed per size: wall time, the calling process's
 peak memory above what it held after its imports, and the held-out MALE / P90 coverage of each.
 

@@ -24,7 +24,8 @@ The largest key's jobs must fit in one worker's memory (the shuffle keeps a key 
 ``build_features(table, spec)[0]`` row for row (``tests/training/test_features_dask.py``).
 
 The history state a registered model serves from (``build_features(table, spec)[1]``), :func:`causal_state`, is
-made on the same shuffles: each partition's keys are its own, so each partition's state after its last finished
+made on shuffles by the same columns (run again: the features' shuffles keep only columns): each partition's keys
+are its own, so each partition's state after its last finished
 job is that of its keys, and the states are merged in this process. It holds one entry per key value (what a
 served model keeps in memory anyway), not one per job.
 """

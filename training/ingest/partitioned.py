@@ -30,11 +30,16 @@ def read_trace(path: Path) -> Any:
     if not kept:
         raise ValueError(f"{path}: no rows")
     sizes = [counts[i] for i in kept]
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int).tolist()
+    starts = row_starts(sizes)
     meta = _with_rows(conform(raw._meta, path), 0)
     table = raw.partitions[kept].map_partitions(_conformed, str(path), starts, meta=meta)
     divisions = [*starts, starts[-1] + sizes[-1] - 1]
     return table.set_index(ROW, sorted=True, divisions=divisions)
+
+
+def row_starts(counts: list[int]) -> list[int]:
+    """The position of each partition's first row, from the partitions' row counts."""
+    return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int).tolist() if counts else []
 
 
 def _conformed(part: pd.DataFrame, origin: str, starts: list[int],

@@ -49,6 +49,7 @@ from models.residual import ResidualEstimator
 from training.features.distributed import causal_features, causal_state
 from training.features.frames import TargetSpec, target_rows
 from training.features.history import HistoryState
+from training.ingest.partitioned import row_starts
 from training.pipeline.distributed import DaskLightGBMLearner, DaskResidualLearner
 from training.pipeline.evaluate import by_depth
 from training.pipeline.metrics import scores
@@ -77,7 +78,6 @@ class PartitionedSplit:
     test: dd.DataFrame
     train_rows: int
     test_rows: int
-    features: list[str]
     held: dd.DataFrame
     """Every labelled job, persisted on the workers: ``train`` and ``test`` read it, and the workers keep it only
     while some collection refers to it."""
@@ -93,7 +93,6 @@ def split_partitioned(trace: Any, spec: TargetSpec, test_share: float = 0.3,
     lazy: Any = importlib.import_module("dask.dataframe")
     lazy_features: Any = causal_features(trace, spec)
     features = lazy_features.persist() if state else lazy_features  # the history state reads them again
-    names = list(features.columns)
     label = _labeller(spec)
     # Held on the workers once computed: the split, the fit and the scoring each read it again, and the causal
     # features' shuffles would otherwise run for each of them.
@@ -105,7 +104,7 @@ def split_partitioned(trace: Any, spec: TargetSpec, test_share: float = 0.3,
     cut = round(total * (1.0 - test_share))
     without_submit = labelled.drop(columns=[SUBMIT])
     return PartitionedSplit(_rows(without_submit, counts, 0, cut), _rows(without_submit, counts, cut, total),
-                            cut, total - cut, names, labelled,
+                            cut, total - cut, labelled,
                             causal_state(trace, spec, features) if state else None)
 
 
@@ -147,17 +146,18 @@ def _bounds(submit: pd.Series) -> pd.DataFrame:
 def _rows(frame: Any, counts: list[int], start: int, stop: int) -> Any:
     """The rows at positions [start, stop) of ``frame`` (positions count across partitions), in the partitions
     of ``frame`` that hold some of them."""
-    starts = _starts(counts)
-    wanted = [i for i, (first, count) in enumerate(zip(starts, counts, strict=True))
-              if first < stop and first + count > start]
+    wanted, bounds = _bounds_of(counts, start, stop)
     if not wanted:
         return frame.partitions[:1].map_partitions(_slice, 0, 0, meta=frame._meta)
-    bounds = [(max(start - starts[i], 0), min(stop - starts[i], counts[i])) for i in wanted]
     return frame.partitions[wanted].map_partitions(_slice_numbered, bounds, meta=frame._meta)
 
 
-def _starts(counts: list[int]) -> list[int]:
-    return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int).tolist() if counts else []
+def _bounds_of(counts: list[int], start: int, stop: int) -> tuple[list[int], list[tuple[int, int]]]:
+    """The partitions holding positions [start, stop), and the rows of each they hold."""
+    starts = row_starts(counts)
+    wanted = [i for i, (first, count) in enumerate(zip(starts, counts, strict=True))
+              if first < stop and first + count > start]
+    return wanted, [(max(start - starts[i], 0), min(stop - starts[i], counts[i])) for i in wanted]
 
 
 def _slice(part: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
@@ -189,7 +189,7 @@ def fit_partitioned(estimator: Partitionable, frame: dd.DataFrame) -> Partitiona
         estimator.learner_ = DaskLightGBMLearner(seed=estimator.seed, params=estimator.params).fit(
             training[estimator.feature_names_], target)
     else:
-        _fit_residual_learners(estimator, training, split)
+        _fit_residual_learners(estimator, training, [hi - lo for lo, hi in _bounds_of(counts, 0, split)[1]], split)
     meta = pd.DataFrame({name: pd.Series(dtype=float) for name in ("z", *_calibration_names(estimator))})
     calibrating = _rows(rows, counts, split, total).map_partitions(_calibration_frame, estimator, meta=meta).compute()
     estimator.calibrate(calibrating["z"].to_numpy(dtype=float), calibrating.drop(columns=["z"]).to_numpy(dtype=float))
@@ -205,11 +205,12 @@ def _check_family(estimator: Partitionable) -> None:
                          f"{', '.join(known)} (the forest fits in one process)")
 
 
-def _fit_residual_learners(estimator: ResidualEstimator, training: Any, split: int) -> None:
+def _fit_residual_learners(estimator: ResidualEstimator, training: Any, counts: list[int], split: int) -> None:
+    """``counts``: the training rows of each of ``training``'s partitions."""
     estimator.learner_ = estimator.cold_ = None
     if estimator.family == "history":
         return
-    columns = _training_frame(estimator, training, split).persist()
+    columns = _training_frame(estimator, training, counts, split).persist()
     inputs = [c for c in columns.columns if c.startswith("in_")]
     cold = [c for c in columns.columns if c.startswith("cold_")]
     estimator.learner_ = DaskResidualLearner(estimator.family, estimator.seed, estimator.params).fit(
@@ -218,11 +219,11 @@ def _fit_residual_learners(estimator: ResidualEstimator, training: Any, split: i
         columns[cold], columns["z"], columns["unit"])
 
 
-def _training_frame(estimator: ResidualEstimator, rows: Any, split: int) -> Any:
+def _training_frame(estimator: ResidualEstimator, rows: Any, counts: list[int], split: int) -> Any:
     """Per training row: the residual learner's inputs (``in_*``), residual and recency weight; the cold-start
-    learner's inputs (``cold_*``), ln(1 + target) and a unit weight. Kept on the workers."""
-    counts = rows.map_partitions(len).compute().tolist()
-    build = partial(_training_columns, estimator=estimator, starts=_starts(counts), split=split)
+    learner's inputs (``cold_*``), ln(1 + target) and a unit weight. Kept on the workers. ``counts``: the rows of
+    each partition of ``rows`` (their positions give the recency weights)."""
+    build = partial(_training_columns, estimator=estimator, starts=row_starts(counts), split=split)
     return rows.map_partitions(build, meta=build(rows._meta, partition_info={"number": 0}))
 
 
