@@ -32,6 +32,7 @@ operations; :class:`MachineRow` works on one machine of a few GPUs in Python num
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
@@ -66,18 +67,14 @@ class ShapeTable:
     accessible: BoolArray
     norm: IntArray
     """Per GPU type, the counts of the shapes that accept it summed, at least 1 (:func:`accepting`)."""
-    _by_type: dict[int, tuple[list[int], int, list[tuple[int, int, int, int, bool]]]] = field(
-        default_factory=dict, init=False, compare=False, repr=False)
+    _by_type: dict[int, TypeSums] = field(default_factory=dict, init=False, compare=False, repr=False)
 
-    def for_type(self, gpu_type: int) -> tuple[list[int], int, list[tuple[int, int, int, int, bool]]]:
-        """What :class:`MachineRow` reads for a machine of ``gpu_type``, as Python numbers (read-only; worked out
-        once per type: a decision makes a row for every machine it places an instance on)."""
+    def for_type(self, gpu_type: int) -> TypeSums:
+        """What :class:`MachineRow` reads for a machine of ``gpu_type`` (read-only; worked out once per type: a
+        decision makes a row for every machine it places an instance on)."""
         found = self._by_type.get(gpu_type)
         if found is None:
-            accepted = np.flatnonzero(self.accessible[gpu_type]).tolist()
-            shapes = [(self.counts.item(s), self.level_of.item(s), self.gpus.item(s), self.cpu.item(s),
-                       bool(self.uses_gpu[s])) for s in accepted]
-            found = self._by_type[gpu_type] = (self.levels.tolist(), self.norm.item(gpu_type), shapes)
+            found = self._by_type[gpu_type] = TypeSums.of(self, gpu_type)
         return found
 
     @staticmethod
@@ -92,6 +89,44 @@ class ShapeTable:
                           np.array(mix.counts, dtype=np.int64), max(sum(mix.counts), 1),
                           np.array([s.gpus > 0 for s in mix.shapes], dtype=bool), accessible,
                           np.maximum(accessible.astype(np.int64) @ np.array(mix.counts, dtype=np.int64), 1))
+
+
+@dataclass(frozen=True)
+class TypeSums:
+    """The measure on a machine of one GPU type, regrouped by level so that it reads a few numbers per level
+    rather than one per shape. With ``usable[l]`` the free milli-GPUs of the GPUs whose free share is at least
+    level ``l``, a shape that fits leaves ``total - usable[l]`` as its fragment and one that does not (or uses
+    no GPU) ``total``, so::
+
+        sum over shapes of count x frag  =  total x ``everyone``  -  sum over levels of usable[l] x fits[l][k][c]
+
+    where ``fits[l][k][c]`` sums the counts of the GPU shapes of level ``l`` asking for at most ``k`` GPUs and at
+    most the ``c``-th smallest of ``cpus`` (``k`` is the machine's number of GPUs with level ``l`` free, at most
+    ``most_gpus``; ``c`` how many of ``cpus`` the free CPU covers). The same integers as shape by shape."""
+
+    levels: list[int]
+    norm: int
+    everyone: int
+    """The counts of every shape the type accepts, summed (CPU-only ones too)."""
+    cpus: list[int]
+    """The distinct CPU asks of the GPU shapes the type accepts, ascending."""
+    most_gpus: int
+    fits: list[list[list[int]]]
+
+    @staticmethod
+    def of(table: ShapeTable, gpu_type: int) -> TypeSums:
+        accepted = np.flatnonzero(table.accessible[gpu_type])
+        gpu_shapes = accepted[table.uses_gpu[accepted]]
+        cpus = np.unique(table.cpu[gpu_shapes])
+        most = int(table.gpus[gpu_shapes].max(initial=0))
+        fits = np.zeros((len(table.levels), most + 1, len(cpus) + 1), dtype=np.int64)
+        # each shape counted where it starts to fit, then summed over more GPUs and more CPU
+        np.add.at(fits, (table.level_of[gpu_shapes], table.gpus[gpu_shapes],
+                         np.searchsorted(cpus, table.cpu[gpu_shapes]) + 1), table.counts[gpu_shapes])
+        fits = fits.cumsum(axis=1).cumsum(axis=2)
+        everyone = int(table.counts[accepted].sum())
+        return TypeSums(table.levels.tolist(), table.norm.item(gpu_type), everyone, cpus.tolist(), most,
+                        fits.tolist())
 
 
 class MachineUsage(Protocol):
@@ -288,26 +323,37 @@ class MachineRow:
         mem_used = usage.gpu_mem[span].tolist()
         self.mem_free: list[int] = [cap - used for cap, used in zip(self.caps, mem_used, strict=True)]
         self.cpu_free: int = layout.cpu_cap.item(machine) - usage.cpu.item(machine)
-        self.levels, self.norm, self.shapes = table.for_type(layout.gpu_type.item(machine))
-        """The table's levels and norm for the machine's type; per shape the type accepts: its count, level
-        index, GPUs, CPU and whether it uses GPUs (read-only, shared by the rows of a type)."""
+        self.sums = table.for_type(layout.gpu_type.item(machine))
+        self.norm = self.sums.norm
 
-    def _measure(self, total: int, count: list[int], below: list[int], cpu_free: int) -> int:
-        return sum(n * (below[level] if uses and count[level] >= gpus and cpu_free >= cpu else total)
-                   for n, level, gpus, cpu, uses in self.shapes)
+    def _measure(self, total: int, count: list[int], usable: list[int], cpu_free: int) -> int:
+        sums = self.sums
+        c, most = bisect.bisect_right(sums.cpus, cpu_free), sums.most_gpus
+        frag = total * sums.everyone
+        for fits, k, room in zip(sums.fits, count, usable, strict=True):
+            if room:
+                frag -= room * fits[k if k < most else most][c]
+        return frag
 
     def _tally(self) -> tuple[int, list[int], list[int]]:
-        free = self.free
-        total = sum(f for f in free if f > 0)
-        count = [sum(1 for f in free if f >= level) for level in self.levels]
-        below = [total - sum(f for f in free if f >= level) for level in self.levels]
-        return total, count, below
+        """The free milli-GPUs, and per level the GPUs with that share free and their free milli-GPUs."""
+        free = sorted((f for f in self.free if f > 0), reverse=True)
+        levels = self.sums.levels
+        count, usable = [0] * len(levels), [0] * len(levels)
+        k, room = 0, 0
+        for at in range(len(levels) - 1, -1, -1):  # the highest level first: the GPUs reaching it reach the lower
+            level = levels[at]
+            while k < len(free) and free[k] >= level:
+                room += free[k]
+                k += 1
+            count[at], usable[at] = k, room
+        return sum(free), count, usable
 
     def added_both(self, need: Need, step_milli: float | None,
                    then_milli: float | None) -> tuple[float, int, int]:
         """:func:`added_both` for this machine: the cost, its GPU and the GPU counted with ``then_milli``."""
-        total, count, below = self._tally()
-        before = self._measure(total, count, below, self.cpu_free)
+        total, count, usable = self._tally()
+        before = self._measure(total, count, usable, self.cpu_free)
         ways: list[tuple[int, int, int, int]] = []  # (GPU, GPUs taken, free share before, after)
         if need.gpu_milli and not need.whole_gpus:
             seen: set[int] = set()
@@ -327,12 +373,13 @@ class MachineRow:
             return math.inf, NO_GPU, NO_GPU
         grown: list[int] = []
         cpu_after = self.cpu_free - need.cpu_milli
+        levels = self.sums.levels
         for _, taken, was, now in ways:
-            after_count = [c - taken * ((was >= level) - (now >= level)) for c, level in zip(count, self.levels,
+            after_count = [c - taken * ((was >= level) - (now >= level)) for c, level in zip(count, levels,
                                                                                             strict=True)]
-            after_below = [b - taken * ((was - now) - (was if was >= level else 0) + (now if now >= level else 0))
-                           for b, level in zip(below, self.levels, strict=True)]
-            grown.append(self._measure(total - taken * (was - now), after_count, after_below, cpu_after) - before)
+            after_usable = [u - taken * ((was if was >= level else 0) - (now if now >= level else 0))
+                            for u, level in zip(usable, levels, strict=True)]
+            grown.append(self._measure(total - taken * (was - now), after_count, after_usable, cpu_after) - before)
         norm = self.norm
         best = self._first(ways, grown, step_milli)
         then = best if then_milli == step_milli else self._first(ways, grown, then_milli)

@@ -81,8 +81,10 @@ class ShapeMix:
         self._since = 0
         self._at_refresh = 0
         self._mix = Mix((), (), 0)
-        self._demand: tuple[dict[tuple[str, ...], int], int] | None = None
-        """:meth:`restricted_demand` and :meth:`gpu_demand` as of the last new job (asked on every decision)."""
+        self._restricted: Counter[tuple[str, ...]] = Counter()
+        self._gpu_demand = 0
+        self._restricted_view: dict[tuple[str, ...], int] | None = {}
+        """:meth:`restricted_demand` as handed out, until a restricted shape enters or leaves the window."""
 
     def observe(self, job: Job) -> None:
         """Count ``job``'s instances (once per job id among the jobs in the window)."""
@@ -92,6 +94,7 @@ class ShapeMix:
         self._jobs.append((job.job_id, shapes))
         self._ids.add(job.job_id)
         self._counts.update(shapes)
+        self._tally_demand(shapes, 1)
         if len(self._jobs) > self.window:
             gone, counts = self._jobs.popleft()
             self._ids.discard(gone)
@@ -99,27 +102,31 @@ class ShapeMix:
                 self._counts[shape] -= count
                 if not self._counts[shape]:
                     del self._counts[shape]
+            self._tally_demand(counts, -1)
         self._since += 1
-        self._demand = None
+
+    def _tally_demand(self, shapes: Counter[Shape], sign: int) -> None:
+        """Keep the window's GPU demand, and its restricted part per set of types, as jobs enter and leave (every
+        decision asks for them: summing the window's shapes each time cost a tenth of a decision)."""
+        for shape, count in shapes.items():
+            milli = sign * count * shape.requested_milli
+            self._gpu_demand += milli
+            if shape.gpu_types and milli:
+                self._restricted[shape.gpu_types] += milli
+                if not self._restricted[shape.gpu_types]:
+                    del self._restricted[shape.gpu_types]
+                self._restricted_view = None
 
     def restricted_demand(self) -> dict[tuple[str, ...], int]:
         """Milli-GPUs the instances in the window that accept only some GPU types asked for, per set of types
         (every such instance, typical or not). Read-only."""
-        return self._demands()[0]
+        if self._restricted_view is None:
+            self._restricted_view = dict(self._restricted)
+        return self._restricted_view
 
     def gpu_demand(self) -> int:
         """Milli-GPUs the instances in the window asked for."""
-        return self._demands()[1]
-
-    def _demands(self) -> tuple[dict[tuple[str, ...], int], int]:
-        if self._demand is None:
-            demand: Counter[tuple[str, ...]] = Counter()
-            for shape, count in self._counts.items():
-                if shape.gpu_types and shape.requested_milli:
-                    demand[shape.gpu_types] += count * shape.requested_milli
-            total = sum(count * shape.requested_milli for shape, count in self._counts.items())
-            self._demand = dict(demand), total
-        return self._demand
+        return self._gpu_demand
 
     def current(self) -> Mix:
         """The typical shapes, worked out again if enough jobs arrived since the last time."""

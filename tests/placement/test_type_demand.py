@@ -14,6 +14,7 @@ from placement.online.greedy import PlacementConfig
 from placement.online.policies import OnePodFragmentation, online_policy
 from placement.online.scorers.fragmentation import Fragmentation
 from placement.online.scorers.type_demand import PRESSURE_CAP, STEPS_PER_PRESSURE, TypeDemand, type_pressure
+from placement.online.shape_mix import ShapeMix
 from tests.placement.test_fragmentation import pod, used
 from tests.placement.test_scorers import steps
 
@@ -81,3 +82,19 @@ def test_every_instance_of_a_job_meets_the_pressure_of_the_snapshot_it_started_f
         cost = demand.cost(step)
         assert cost is not None and cost.tolist() == expected.tolist() == [12.5, 0.0]
         assert demand.cost_at(step, np.array([1, 0])).tolist() == [0.0, 12.5]
+
+
+def test_the_windows_demand_follows_jobs_in_and_out() -> None:
+    # SYNTHETIC jobs through a window of 3: the demand is that of the last 3 jobs, restricted and in all
+    def job(name: str, gpu: float, types: frozenset[str] = frozenset(), instances: int = 1) -> Job:
+        return Job(name, (Task(Role.WORKER, instances, gpu=gpu, cpu_cores=1.0, gpu_types=types),))
+
+    mix = ShapeMix(window=3)
+    jobs = [job("a", 1.0, frozenset({"T4"})), job("b", 0.5), job("c", 2.0, frozenset({"T4"}), instances=2),
+            job("d", 0.0), job("e", 0.25, frozenset({"V100M32", "T4"})), job("f", 1.0)]
+    expected = [({("T4",): 1000}, 1000), ({("T4",): 1000}, 1500), ({("T4",): 5000}, 5500), ({("T4",): 4000}, 4500),
+                ({("T4",): 4000, ("T4", "V100M32"): 250}, 4250), ({("T4", "V100M32"): 250}, 1250)]
+    for arriving, (restricted, total) in zip(jobs, expected, strict=True):
+        mix.observe(arriving)
+        mix.observe(arriving)  # asked again while it waits: counted once
+        assert (mix.restricted_demand(), mix.gpu_demand()) == (restricted, total)

@@ -57,7 +57,7 @@ from placement.online.working import WorkingState
 
 ENTRY_LIMIT = 128
 """Instance demands whose costs are kept at once (the table is emptied when full)."""
-BY_MACHINE = 3
+BY_MACHINE = 8
 """Up to this many machine states to work out at once, each is worked out on its own in Python numbers."""
 STEP_MILLI = 40.0
 """The resolution of the cost (expected milli-GPUs of fragmentation added): FGD's one score point near zero."""
