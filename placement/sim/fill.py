@@ -3,7 +3,12 @@ leaves unallocated as ever more pods arrive and none leaves.
 
 Per seed, the arrivals are every pod of the list in an order shuffled by the seed, then pods drawn from
 the list with replacement (the same random stream), appended while the GPUs they request stay within
-``to`` x the cluster's GPUs: the first pod that would pass it ends the arrivals. Each arrival is decided
+``to`` x the cluster's GPUs: the first pod that would pass it ends the arrivals. A list asking for more than
+that loses pods drawn at random instead, until it fits. The stream is Go's ``math/rand`` drawn as FGD's
+simulator draws it (``placement.sim.go_random``): seeded, one value drawn, the pods sorted by name and
+shuffled, then the pods to add or remove picked with ``Intn`` from the list sorted by name, so a seed's
+arrivals are that simulator's for the same seed and the two curves of one seed compare pod for pod. Each
+arrival is decided
 on the cluster as the earlier ones left it, by an online policy registered by name (the same ones the
 service and the replay run); a placed pod stays, one that does not fit is dropped. After each arrival:
 
@@ -17,7 +22,6 @@ per-machine sums over, recomputed on the machines the pod touched); nothing is r
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -32,6 +36,7 @@ from placement.model.layout import MILLI
 from placement.model.snapshot import ClusterSnapshot, apply
 from placement.online.greedy import PlacementConfig
 from placement.online.policies import online_policy
+from placement.sim.go_random import GoRand
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -47,30 +52,30 @@ def job_milli(job: Job) -> int:
 
 def arrivals(pods: Sequence[Job], capacity_milli: int, to: float, seed: int) -> list[Job]:
     """The arrival sequence of one seed (see the module docstring); arrival ``k`` is job ``"k"``."""
-    rng = random.Random(seed)
-    order = list(range(len(pods)))
-    rng.shuffle(order)
+    return [replace(pods[i], job_id=str(k)) for k, i in enumerate(arrival_order(pods, capacity_milli, to, seed))]
+
+
+def arrival_order(pods: Sequence[Job], capacity_milli: int, to: float, seed: int) -> list[int]:
+    """The positions in ``pods`` of the arrivals of one seed, in arrival order (a drawn pod as often as drawn)."""
     milli = [job_milli(p) for p in pods]
     if not any(milli):
         raise ValueError("no pod asks for a GPU: the arrivals would never reach the target")
+    rng = GoRand(seed)
+    rng.int_()  # FGD's simulator logs one draw right after seeding, before it shuffles
+    by_name = sorted(range(len(pods)), key=lambda i: pods[i].job_id)
+    chosen = list(by_name)
+    rng.shuffled(chosen)
     target = to * capacity_milli
-    chosen: list[int] = []
-    requested = 0
-    for i in order:
+    requested = sum(milli)
+    while requested > target:
+        requested -= milli[chosen.pop(rng.intn(len(chosen)))]
+    while requested < target:
+        i = by_name[rng.intn(len(pods))]
         if requested + milli[i] > target:
-            return _named(pods, chosen)
+            break
         chosen.append(i)
         requested += milli[i]
-    while True:
-        i = rng.randrange(len(pods))
-        if requested + milli[i] > target:
-            return _named(pods, chosen)
-        chosen.append(i)
-        requested += milli[i]
-
-
-def _named(pods: Sequence[Job], chosen: list[int]) -> list[Job]:
-    return [replace(pods[i], job_id=str(k)) for k, i in enumerate(chosen)]
+    return chosen
 
 
 @dataclass(frozen=True)

@@ -200,7 +200,8 @@ def fill_command(
     "fgd,first-fit,liquid,pack,balance,random",
     to: Annotated[float, typer.Option(min=0.01, max=10.0, help="fill until the arrived GPU requests reach this "
                                                                 "share of the cluster's GPUs")] = 1.3,
-    seeds: Annotated[str, typer.Option(help="seeds of the arrival order: 42-51, 42 or 1,5,9")] = "42-51",
+    seeds: Annotated[str, typer.Option(help="seeds of the arrival order, drawn as FGD's simulator draws them: "
+                                            "42-51, 42 or 1,5,9")] = "42-51",
     out: Annotated[Path | None, typer.Option(help="folder for fill.png and fill.json")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as one JSON object on stdout")] = False,
     derive_variant: Annotated[str | None, typer.Option(

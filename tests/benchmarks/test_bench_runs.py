@@ -143,3 +143,15 @@ def test_comparing_with_a_commit_runs_both_sides() -> None:
     placed = [line for line in proc.stdout.splitlines() if line.startswith("online.policies.liquid.placed")]
     assert len(placed) == 1 and placed[0].rstrip().endswith("same"), proc.stdout
     assert "online.policies.liquid.p99_ms" in proc.stdout
+
+
+def test_fill_decision_benchmark_runs_and_writes_each_policy_and_seed(tmp_path: Path) -> None:
+    out = tmp_path / "fill.json"
+    command = [sys.executable, "tests/benchmarks/bench_fill_decisions.py", "--policies", "fgd", "--seeds", "42",
+               "--to", "0.3", "--out", str(out)]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    runs = json.loads(out.read_text())["runs"]
+    assert [(r["policy"], r["seed"]) for r in runs] == [("first-fit", 42), ("fgd", 42)]
+    assert runs[0]["p99_over_first_fit_p99"] == 1.0 and runs[1]["arrivals"] == runs[0]["arrivals"] > 0
+    assert all(0 <= r["unallocated_pct_at_100"] <= 100 for r in runs)

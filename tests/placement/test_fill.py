@@ -9,7 +9,7 @@ import pytest
 from placement.model.cluster import Machine, build_cluster
 from placement.model.demand import Job, Role, Task
 from placement.model.errors import PodListError
-from placement.sim.fill import arrivals, fill, job_milli, parse_seeds, reported_pcts, summarise_fill
+from placement.sim.fill import arrival_order, arrivals, fill, job_milli, parse_seeds, reported_pcts, summarise_fill
 from placement.sim.pod_list import POD_COLUMNS, load_openb_pods
 
 HEADER = ",".join(POD_COLUMNS) + "\n"
@@ -95,3 +95,17 @@ def test_bad_pod_lists_name_the_file_line_and_column(tmp_path: Path, text: str, 
 def test_a_missing_pod_list_is_named(tmp_path: Path) -> None:
     with pytest.raises(PodListError, match="file not found"):
         load_openb_pods(tmp_path / "absent.csv")
+
+
+def test_a_seed_gives_the_pod_order_fgds_simulator_gives_for_it() -> None:
+    # The shipped default openb list (real, 8,152 pods named in file order). Go 1.19 after rand.Seed(42) and one
+    # rand.Int() shuffles range(8152) to [255, 1685, 6784, 4463, ...] (tests/placement/test_go_random.py), and
+    # FGD's simulator shuffles the pods sorted by name exactly so; to 130% of the 6,212 GPUs it then adds draws.
+    pods = load_openb_pods(Path(__file__).resolve().parents[2] / "data" / "openb2023" / "openb_pod_list_default.csv")
+    assert [p.job_id for p in pods] == sorted(p.job_id for p in pods)
+    order = arrival_order(pods, 6212 * 1000, 1.3, 42)
+    assert order[:4] == [255, 1685, 6784, 4463] and order[8148:8152] == [357, 1701, 4923, 538]
+    assert sorted(order[:8152]) == list(range(8152))  # every pod once, then draws
+    assert order[8152:8154] == [3888, 5689]
+    total = sum(job_milli(pods[i]) for i in order)
+    assert 1.3 * 6212 * 1000 - 8000 < total <= 1.3 * 6212 * 1000
