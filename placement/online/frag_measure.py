@@ -259,8 +259,8 @@ def options(rows: Rows, need: Need) -> tuple[IntArray, IntArray, IntArray, IntAr
 def added(rows: Rows, need: Need, table: ShapeTable, step_milli: float | None = None) -> tuple[FloatArray, IntArray]:
     """Per row, the least fragmentation placing one instance of ``need`` adds (``inf`` where it cannot be
     placed) and the GPU that gives it (``NO_GPU`` where the choice is not a GPU's); see the module docstring.
-    With ``step_milli``, GPUs whose additions fall in the same step of that many milli-GPUs (rounded down)
-    count as adding the same, so the fullest of them is taken."""
+    With ``step_milli``, GPUs whose additions get the same FGD score (:func:`score_steps`) count as adding the
+    same, so the fullest of them is taken."""
     tally = Tally.of(rows, table)
     return added_to(rows, tally, measure(tally, table), need, table, step_milli)
 
@@ -297,9 +297,28 @@ def added_both(rows: Rows, tally: Tally, before: IntArray, need: Need, table: Sh
     return best, best_gpu, then_gpu
 
 
-def _steps(grown: IntArray, norm: IntArray, step_milli: float) -> FloatArray:
-    steps: FloatArray = np.floor(grown / norm / step_milli + 1e-9)
+SCORE_POINTS = 100
+"""FGD's node score runs from 0 to this (the Kubernetes scheduler's largest node score)."""
+
+
+def score_steps(added: FloatArray, step_milli: float) -> FloatArray:
+    """FGD's node score where an instance adds ``added`` milli-GPUs of expected fragmentation, negated so that less
+    is better: -floor(100 x sigmoid(-added / (25 x ``step_milli``))). Near zero a point is ``step_milli`` (FGD's
+    40 milli-GPUs); far from it the points come closer together, so that every machine where an instance would
+    strand about 4 GPUs' worth or more scores the same and the tie goes to the first of them in order."""
+    exponent = np.minimum(added / (SCORE_POINTS / 4 * step_milli), 700.0)  # exp(700) is finite
+    steps: FloatArray = -np.floor(SCORE_POINTS / (1.0 + np.exp(exponent)) + 1e-9)
     return steps
+
+
+def _steps(grown: IntArray, norm: IntArray, step_milli: float) -> FloatArray:
+    return score_steps(grown / norm, step_milli)
+
+
+def _step(added: float, step_milli: float) -> float:
+    """:func:`score_steps` of one machine, in Python numbers (the same floating-point operations)."""
+    exponent = min(added / (SCORE_POINTS / 4 * step_milli), 700.0)
+    return -math.floor(SCORE_POINTS / (1.0 + float(np.exp(exponent))) + 1e-9)
 
 
 def _first_per_row(row: IntArray, gpu: IntArray, fuller: IntArray, key: FloatArray | IntArray) -> IntArray:
@@ -386,9 +405,10 @@ class MachineRow:
         return grown[best] / norm, ways[best][0], ways[then][0]
 
     def _first(self, ways: list[tuple[int, int, int, int]], grown: list[int], step_milli: float | None) -> int:
-        """The way with the least addition (in steps of ``step_milli``), then the fullest GPU, then the lowest."""
+        """The way with the least addition (in FGD's score, with ``step_milli``), then the fullest GPU, then the
+        lowest."""
         norm = self.norm
-        keys = [(g if step_milli is None else math.floor(g / norm / step_milli + 1e-9), way[2] if way[0] != NO_GPU
+        keys = [(g if step_milli is None else _step(g / norm, step_milli), way[2] if way[0] != NO_GPU
                  else 0, way[0]) for g, way in zip(grown, ways, strict=True)]
         return min(range(len(ways)), key=keys.__getitem__)
 

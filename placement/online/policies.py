@@ -30,8 +30,8 @@ over the machines the filters pass (``placement.filters``); lower is better.
 * ``random`` - a uniformly random machine that fits (``random``, seeded by ``seed`` and the job id).
 * ``fgd`` - FGD's fragmentation gradient descent (Weng et al., ATC'23): the machine, and the GPU in it,
   where the instance adds the least expected fragmentation for the typical shapes of recent arrivals
-  (``fragmentation``, in steps of 40 milli-GPUs, ties to the first machine in cluster order), + ``type-demand``
-  (in the same steps: one unit of pressure as a whole GPU of expected fragmentation).
+  (``fragmentation``, FGD's node score, ties to the first machine in cluster order), + ``type-demand``
+  (in the same points: one unit of pressure as about a whole GPU of expected fragmentation).
 
 ``liquid`` and ``fgd`` learn (the shapes and type restrictions of recent arrivals): every policy object made
 by :func:`online_policy` gets a fragmentation scorer of its own (``LEARNING``) and, after the greedy step,
@@ -93,7 +93,7 @@ class ForGangs:
 
 
 class OnePodFragmentation:
-    """Liquid's fragmentation term: ``fragmentation``'s cost (steps of expected fragmentation added) for an
+    """Liquid's fragmentation term: ``fragmentation``'s cost (FGD's score points lost) for an
     instance of a one-instance job or one asking for a share of a GPU; ``None`` for the other instances, whose
     job is still counted in the shape mix."""
 

@@ -2,15 +2,18 @@
 leaves unallocated as ever more pods arrive and none leaves.
 
 Per seed, the arrivals are every pod of the list in an order shuffled by the seed, then pods drawn from
-the list with replacement (the same random stream), appended while the GPUs they request stay within
-``to`` x the cluster's GPUs: the first pod that would pass it ends the arrivals. A list asking for more than
-that loses pods drawn at random instead, until it fits. The stream is Go's ``math/rand`` drawn as FGD's
+the list with replacement (the same random stream) until the first whose per-GPU share would take the GPUs
+requested past ``to`` x the cluster's GPUs (a pod of several whole GPUs may still pass it, as in FGD's
+simulator; a list asking for more than the target loses pods drawn at random instead, until it fits). The
+machines are taken in an order the same stream draws. The stream is Go's ``math/rand`` drawn as FGD's
 simulator draws it (``placement.sim.go_random``): seeded, one value drawn, the pods sorted by name and
-shuffled, then the pods to add or remove picked with ``Intn`` from the list sorted by name, so a seed's
-arrivals are that simulator's for the same seed and the two curves of one seed compare pod for pod. Each
-arrival is decided
-on the cluster as the earlier ones left it, by an online policy registered by name (the same ones the
-service and the replay run); a placed pod stays, one that does not fit is dropped. After each arrival:
+shuffled, the pods to add or remove picked with ``Intn`` from the list sorted by name, then, after
+:data:`DRAWS_BEFORE_NODE_ORDER` more values, ``rand.Perm`` over the machines sorted by name, which the
+simulator gives as name prefixes that order its nodes (and so its ties between equal scores). A seed's
+arrivals and machine order are that simulator's for the same seed, and the two curves of one seed compare
+pod for pod. Each arrival is decided on the cluster as the earlier ones left it, by an online policy
+registered by name (the same ones the service and the replay run); a placed pod stays, one that does not
+fit is dropped. After each arrival:
 
     arrived_pct     = 100 x (milli-GPUs requested by the arrivals so far) / (cluster milli-GPUs)
     unallocated_pct = 100 x (cluster milli-GPUs - milli-GPUs allocated)   / (cluster milli-GPUs)
@@ -29,7 +32,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from placement.model.cluster import Cluster
+from placement.model.cluster import Cluster, build_cluster
 from placement.model.decision import Verdict
 from placement.model.demand import Job
 from placement.model.layout import MILLI
@@ -50,16 +53,27 @@ def job_milli(job: Job) -> int:
     return sum(round(t.gpu * MILLI) * t.instances for t in job.tasks)
 
 
-def arrivals(pods: Sequence[Job], capacity_milli: int, to: float, seed: int) -> list[Job]:
-    """The arrival sequence of one seed (see the module docstring); arrival ``k`` is job ``"k"``."""
-    return [replace(pods[i], job_id=str(k)) for k, i in enumerate(arrival_order(pods, capacity_milli, to, seed))]
+DRAWS_BEFORE_NODE_ORDER = 10
+"""Values FGD's simulator draws between the last arrival and the machine order: found by matching the node
+names its log gives for seeds 42 and 43 (the same 10 for both); not part of the protocol it describes."""
 
 
-def arrival_order(pods: Sequence[Job], capacity_milli: int, to: float, seed: int) -> list[int]:
-    """The positions in ``pods`` of the arrivals of one seed, in arrival order (a drawn pod as often as drawn)."""
+@dataclass(frozen=True)
+class SeedDraws:
+    """What one seed draws: the positions in the pod list of the arrivals, in arrival order (a drawn pod as often
+    as drawn), and the positions in the cluster's machine list in the order the machines are taken."""
+
+    arrivals: list[int]
+    machines: list[int]
+
+
+def seed_draws(pods: Sequence[Job], machine_names: Sequence[str], capacity_milli: int, to: float,
+               seed: int) -> SeedDraws:
+    """The arrivals and machine order of ``seed`` (see the module docstring)."""
     milli = [job_milli(p) for p in pods]
     if not any(milli):
         raise ValueError("no pod asks for a GPU: the arrivals would never reach the target")
+    per_gpu = [round(min(max(t.gpu for t in p.tasks), 1.0) * MILLI) for p in pods]
     rng = GoRand(seed)
     rng.int_()  # FGD's simulator logs one draw right after seeding, before it shuffles
     by_name = sorted(range(len(pods)), key=lambda i: pods[i].job_id)
@@ -69,13 +83,29 @@ def arrival_order(pods: Sequence[Job], capacity_milli: int, to: float, seed: int
     requested = sum(milli)
     while requested > target:
         requested -= milli[chosen.pop(rng.intn(len(chosen)))]
-    while requested < target:
-        i = by_name[rng.intn(len(pods))]
-        if requested + milli[i] > target:
-            break
-        chosen.append(i)
-        requested += milli[i]
-    return chosen
+    if requested < target:
+        while True:
+            i = by_name[rng.intn(len(pods))]
+            if requested + per_gpu[i] > target:
+                break
+            chosen.append(i)
+            requested += milli[i]
+    for _ in range(DRAWS_BEFORE_NODE_ORDER):
+        rng.int63()
+    named = sorted(range(len(machine_names)), key=lambda m: machine_names[m])
+    prefix = rng.perm(len(named))
+    return SeedDraws(chosen, [named[k] for k in sorted(range(len(named)), key=prefix.__getitem__)])
+
+
+def arrivals(pods: Sequence[Job], capacity_milli: int, to: float, seed: int) -> list[Job]:
+    """The arrivals of one seed (see the module docstring); arrival ``k`` is job ``"k"``."""
+    return [replace(pods[i], job_id=str(k)) for k, i in enumerate(seed_draws(pods, (), capacity_milli, to,
+                                                                                    seed).arrivals)]
+
+
+def arrival_order(pods: Sequence[Job], capacity_milli: int, to: float, seed: int) -> list[int]:
+    """The positions in ``pods`` of the arrivals of one seed, in arrival order."""
+    return seed_draws(pods, (), capacity_milli, to, seed).arrivals
 
 
 @dataclass(frozen=True)
@@ -104,9 +134,10 @@ def fill(cluster: Cluster, pods: Sequence[Job], policy: str, seed: int, to: floa
          config: PlacementConfig | None = None, progress: Callable[[int], None] | None = None) -> FillCurve:
     """Fill ``cluster`` with the arrivals of ``seed`` placed by ``policy`` (a fresh instance: a policy that
     learns from arrivals starts knowing nothing). ``progress`` is told how many arrivals are done, now and then."""
-    snapshot = ClusterSnapshot.empty(cluster)
-    capacity = len(snapshot.layout.gpu_machine) * MILLI
-    jobs = arrivals(pods, capacity, to, seed)
+    capacity = cluster.total_gpus * MILLI
+    drawn = seed_draws(pods, [m.name for m in cluster.machines], capacity, to, seed)
+    snapshot = ClusterSnapshot.empty(build_cluster(cluster.name, [cluster.machines[m] for m in drawn.machines]))
+    jobs = [replace(pods[i], job_id=str(k)) for k, i in enumerate(drawn.arrivals)]
     decide = online_policy(policy, config, explain=False)
     arrived, allocated = np.zeros(len(jobs), np.int64), np.zeros(len(jobs), np.int64)
     took_ms = np.zeros(len(jobs))

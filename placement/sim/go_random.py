@@ -1,8 +1,8 @@
 """Go's ``math/rand`` generator (the additive lagged Fibonacci source of Go 1, seeded with ``rand.Seed``):
 the stream FGD's simulator (hkust-adsl/kubernetes-scheduler-simulator) draws its pod orders from, so that a
 fill seeded 42 arrives in the order that simulator's seed 42 schedules. Values and draws per call are Go's
-(``Int63``, ``Int``, ``Intn``, ``Shuffle`` as ``int63``, ``int_``, ``intn``, ``shuffled``), checked against
-Go 1.19 in ``tests/placement/test_go_random.py``.
+(``Int63``, ``Int``, ``Intn``, ``Perm``, ``Shuffle`` as ``int63``, ``int_``, ``intn``, ``perm``, ``shuffled``),
+checked against Go 1.19 in ``tests/placement/test_go_random.py``.
 
 The algorithm and :data:`_COOKED` (the generator's state after 7.8e12 steps from seed 1, which seeding mixes
 in) are Go's: Copyright 2009 The Go Authors, BSD-3-Clause, whose notice and conditions close this module.
@@ -93,6 +93,15 @@ class GoRand:
                 prod = (self.int63() >> 31) * n
                 low = prod & 0xFFFFFFFF
         return prod >> 32
+
+    def perm(self, n: int) -> list[int]:
+        """``rand.Perm(n)``: a permutation of range(n), built by inserting each i at a drawn place."""
+        m = [0] * n
+        for i in range(n):
+            j = self.intn(i + 1)
+            m[i] = m[j]
+            m[j] = i
+        return m
 
     def shuffle(self, n: int, swap: Callable[[int, int], None]) -> None:
         """``rand.Shuffle(n, swap)``: Fisher-Yates from the end."""

@@ -7,9 +7,19 @@ from pathlib import Path
 import pytest
 
 from placement.model.cluster import Machine, build_cluster
+from placement.model.cluster_io import load_cluster
 from placement.model.demand import Job, Role, Task
 from placement.model.errors import PodListError
-from placement.sim.fill import arrival_order, arrivals, fill, job_milli, parse_seeds, reported_pcts, summarise_fill
+from placement.sim.fill import (
+    arrival_order,
+    arrivals,
+    fill,
+    job_milli,
+    parse_seeds,
+    reported_pcts,
+    seed_draws,
+    summarise_fill,
+)
 from placement.sim.pod_list import POD_COLUMNS, load_openb_pods
 
 HEADER = ",".join(POD_COLUMNS) + "\n"
@@ -25,11 +35,13 @@ PODS = [pod("whole", 1), pod("half", 0.5), pod("cpu", 0), pod("two", 2)]
 
 @pytest.mark.parametrize("seed", [42, 43, 44])
 def test_arrivals_are_every_pod_then_draws_until_the_next_would_pass_the_target(seed: int) -> None:
-    # 4 GPUs x 1.3 = 5,200 milli-GPUs: the 4 pods (3,500), then draws while the total stays <= 5,200
+    # 4 GPUs x 1.3 = 5,200 milli-GPUs: the 4 pods (3,500), then draws until one's per-GPU share would pass 5,200
+    # (the 2-GPU pod is checked by one GPU, as FGD's simulator checks it, and may pass it by the other)
     jobs = arrivals(PODS, 4000, 1.3, seed)
     assert sorted(job_milli(j) for j in jobs[:4]) == [0, 500, 1000, 2000]  # every pod once, in some order
     total = sum(job_milli(j) for j in jobs)
-    assert 3500 <= total <= 5200
+    before_last = total - job_milli(jobs[-1])
+    assert 3500 <= before_last <= 5200 and total <= 5200 + 1000
     assert [j.job_id for j in jobs] == [str(k) for k in range(len(jobs))]
     assert arrivals(PODS, 4000, 1.3, seed) == jobs  # the seed fixes the sequence
 
@@ -97,15 +109,24 @@ def test_a_missing_pod_list_is_named(tmp_path: Path) -> None:
         load_openb_pods(tmp_path / "absent.csv")
 
 
-def test_a_seed_gives_the_pod_order_fgds_simulator_gives_for_it() -> None:
+def test_a_seed_gives_the_pod_and_node_order_fgds_simulator_gives_for_it() -> None:
     # The shipped default openb list (real, 8,152 pods named in file order). Go 1.19 after rand.Seed(42) and one
     # rand.Int() shuffles range(8152) to [255, 1685, 6784, 4463, ...] (tests/placement/test_go_random.py), and
     # FGD's simulator shuffles the pods sorted by name exactly so; to 130% of the 6,212 GPUs it then adds draws.
-    pods = load_openb_pods(Path(__file__).resolve().parents[2] / "data" / "openb2023" / "openb_pod_list_default.csv")
+    # Its nodes (the shipped GPU-node list, real) it names with prefixes from rand.Perm; its log for seed 42 gives
+    # 0000-openb-node-0260, 0001-openb-node-0858, 0002-openb-node-0619, 0003-openb-node-0582, 0004-openb-node-0882.
+    data = Path(__file__).resolve().parents[2] / "data" / "openb2023"
+    pods = load_openb_pods(data / "openb_pod_list_default.csv")
     assert [p.job_id for p in pods] == sorted(p.job_id for p in pods)
-    order = arrival_order(pods, 6212 * 1000, 1.3, 42)
+    names = [m.name for m in load_cluster(data / "openb_node_list_gpu_node.csv").machines]
+    drawn = seed_draws(pods, names, 6212 * 1000, 1.3, 42)
+    order = drawn.arrivals
     assert order[:4] == [255, 1685, 6784, 4463] and order[8148:8152] == [357, 1701, 4923, 538]
     assert sorted(order[:8152]) == list(range(8152))  # every pod once, then draws
-    assert order[8152:8154] == [3888, 5689]
+    assert order[8152:8154] == [3888, 5689] and len(order) == 8152 + 2714  # as many draws as the simulator's log
     total = sum(job_milli(pods[i]) for i in order)
-    assert 1.3 * 6212 * 1000 - 8000 < total <= 1.3 * 6212 * 1000
+    assert 1.3 * 6212 * 1000 - 8000 < total <= 1.3 * 6212 * 1000 + 7000
+    assert [names[m] for m in drawn.machines[:5]] == ["openb-node-0260", "openb-node-0858", "openb-node-0619",
+                                                      "openb-node-0582", "openb-node-0882"]
+    assert sorted(drawn.machines) == list(range(len(names)))
+    assert arrival_order(pods, 6212 * 1000, 1.3, 42) == order

@@ -85,16 +85,16 @@ def test_costs_count_in_steps_and_a_step_ties_to_the_first_machine() -> None:
     #   m0, GPUs [1000, 1000] free: the CPU shape loses 200 (x 99), the 0.3 share still fits -> -198 milli
     #   m1, GPU [200] free (800 used): the CPU shape loses 200 (x 99), the 0.3 share no longer has the 200 it
     #       could not use -> -200 milli
-    # exact costs pick m1; in steps of 40 both are -5 (-4.95 and -5.0 rounded down), so m0, first, wins
+    # exact costs pick m1; FGD's score gives both floor(100 x sigmoid(0.198 or 0.200)) = 54 points, so m0, first, wins
     mix = Mix((Shape(1000, 0, 0), Shape(1000, 300, 1)), (99, 1), 1)
     snapshot = used(ClusterSnapshot.empty(cluster(2, 1)), 1, [800])
     job = pod("small", 0.2)
     step = steps(snapshot, job, PlacementConfig(), 0)
     stepped = Fragmentation(FixedMix(mix)).cost(step)
-    exact = Fragmentation(FixedMix(mix), step_milli=1e-6).cost(step)
+    exact = Fragmentation(FixedMix(mix), step_milli=None).cost(step)
     assert stepped is not None and exact is not None
-    assert stepped.tolist() == [-5.0, -5.0] and int(np.argmin(stepped)) == 0
-    assert exact.tolist() == [-198e6, -200e6] and int(np.argmin(exact)) == 1
+    assert stepped.tolist() == [-54.0, -54.0] and int(np.argmin(stepped)) == 0
+    assert exact.tolist() == [-198.0, -200.0] and int(np.argmin(exact)) == 1
     with pytest.raises(ValueError, match="positive"):
         Fragmentation(step_milli=0)
 
@@ -104,7 +104,7 @@ def test_the_gpu_inside_a_machine_is_the_fullest_within_the_least_step() -> None
     #   on GPU0 (1000 -> 900): the CPU shape loses 100 (x 19), the share still fits anywhere -> -1900 / 20 = -95
     #   on GPU1 (330 -> 230): the CPU shape loses 100 (x 19), GPU1's 230 no longer takes the share
     #       -> (-1900 + 230) / 20 = -83.5
-    # exact: GPU0; in steps of 40 both are -3 (-2.375, -2.09 rounded down), so the fuller GPU1
+    # exact: GPU0; FGD's score gives both floor(100 x sigmoid(0.095 or 0.0835)) = 52 points, so the fuller GPU1
     mix = Mix((Shape(1000, 0, 0), Shape(1000, 300, 1)), (19, 1), 1)
     snapshot = used(ClusterSnapshot.empty(cluster(2)), 0, [0, 670])
     table = ShapeTable.of(mix, snapshot.layout)

@@ -47,6 +47,12 @@ def test_a_long_shuffle_is_gos() -> None:
     assert (rng.intn(8152), rng.intn(8152)) == (3888, 5689)
 
 
+def test_a_permutation_is_gos() -> None:
+    rng = GoRand(7)  # rand.New(rand.NewSource(7)).Perm(10), then Int63()
+    assert rng.perm(10) == [2, 0, 5, 3, 1, 6, 9, 8, 4, 7]
+    assert rng.int63() == 4231909740397749873
+
+
 def test_bad_bounds_are_refused() -> None:
     with pytest.raises(ValueError, match="Intn needs n > 0, got 0"):
         GoRand(1).intn(0)

@@ -2,19 +2,22 @@
 expected fragmentation (milli-GPUs) that placing the instance there adds, over the ways of placing it
 (``placement.online.frag_measure``), for the typical shapes of the jobs this scorer was asked about
 (``placement.online.shape_mix``: learned online, never read from a trace). :meth:`Fragmentation.choose_gpus`
-then puts each share of a placed job on the GPU that adds the least (counted in the same steps, the
-fullest GPU among those in the least step), which the greedy step alone does not choose (it takes the
+then puts each share of a placed job on the GPU that adds the least (counted in the same score, the
+fullest GPU among those with the best score), which the greedy step alone does not choose (it takes the
 fullest GPU that fits).
 
-The cost is counted in steps of ``STEP_MILLI`` (the added fragmentation, divided by it and rounded down):
-machines whose additions fall in the same step tie, and the greedy step gives a tie to the first machine in
-cluster order, so near-equal choices pack onto the machines already in use and later machines stay whole.
-FGD does the same: its node score is the integer part of 100 x sigmoid(-added / 1000), one point of which is
-40 milli-GPUs around zero, and the Kubernetes scheduler gives equal scores to the first node by name. Exact
-costs spread the near-equal choices over the cluster instead: with FGD's own mix (the 95% most common
-shapes of the whole default pod list, seed 42) they left 5.92% / 5.66% of the GPUs unallocated at 100% /
-130% arrived, steps of 40 milli-GPUs 4.89% / 4.70%, against 4.86% / 4.71% that FGD's published runs
-report for that seed.
+The cost is FGD's node score, negated (``placement.online.frag_measure.score_steps``): the integer part of
+100 x sigmoid(-added / 1000), one point of which is ``STEP_MILLI`` (40 milli-GPUs) around zero and ever more
+further out, so that all machines where the instance would strand about four GPUs' worth or more score alike.
+Machines with the same score tie, and the greedy step gives a tie to the first machine in cluster order (the
+Kubernetes scheduler FGD runs in gives it to the first node by name, and FGD's simulator names its nodes in
+an order drawn per seed, which ``gpuplace simulate fill`` draws the same way). Near-equal choices therefore
+pack onto the machines already in use and later machines stay whole. On FGD's own cluster and arrivals
+(the GPU nodes of the openb traces, seeds 42, 43, 44 and 47 of the default pod list, 100% arrived), points
+counted evenly in steps of 40 milli-GPUs left 5.32, 5.16, 4.83 and 5.84% of the GPUs unallocated, FGD's
+score 4.85, 4.88, 4.76 and 5.20%: with even steps, a machine where an instance strands a whole GPU still
+loses to one where it strands a little less, and the pods spread over machines that FGD's score leaves alike.
+``step_milli=None`` gives the exact costs.
 
 An instance without GPUs also pays half a step on a machine with GPUs. The measure only sees the CPU it
 takes from a GPU machine once a typical shape no longer fits there; until then CPU-only pods go to the
@@ -47,6 +50,7 @@ from placement.online.frag_measure import (
     added,
     added_both,
     rows_of,
+    score_steps,
     with_room,
 )
 from placement.online.greedy import Step
@@ -95,7 +99,7 @@ class _Seen:
     """What the scorer knows of the machines of one layout: the ids of their states (``MachineStates``) and, under
     one mix, what it worked out per state: per demand its costs, per state its tallies and measure."""
 
-    def __init__(self, layout: Layout, step_milli: float) -> None:
+    def __init__(self, layout: Layout, step_milli: float | None) -> None:
         self.layout, self.step_milli = layout, step_milli
         self.states = MachineStates(layout)
         self.epoch = self.states.epoch
@@ -146,7 +150,7 @@ class _Seen:
             where[at] = stale  # a machine in each state: any of them, they are alike
             machines = where[todo]
             cost, gpu = self._added(working, machines, todo, need)
-            steps = np.floor(cost / self.step_milli + 1e-9)  # the costs are ratios of integers: no drift
+            steps = cost if self.step_milli is None else score_steps(cost, self.step_milli)
             if not need.gpu_milli:
                 steps = steps + GPU_MACHINE_STEPS * (self.layout.gpu_count[machines] > 0)
             entry.cost[todo], entry.steps[todo], entry.gpu[todo], entry.known[todo] = cost, steps, gpu, True
@@ -186,10 +190,10 @@ class Fragmentation:
     """See the module docstring. Each instance learns from the jobs it is asked about on its own."""
 
     name = "fragmentation"
-    unit = f"expected fragmentation added, in steps of {STEP_MILLI:g} milli-GPUs (rounded down)"
+    unit = "FGD's node score lost: 100 x sigmoid(-expected fragmentation added / 1000 milli-GPUs), rounded down"
 
-    def __init__(self, mix: ShapeMix | None = None, step_milli: float = STEP_MILLI) -> None:
-        if not step_milli > 0:
+    def __init__(self, mix: ShapeMix | None = None, step_milli: float | None = STEP_MILLI) -> None:
+        if step_milli is not None and not step_milli > 0:
             raise ValueError(f"step_milli must be positive, got {step_milli}")
         self.mix = mix if mix is not None else ShapeMix()
         self.step_milli = step_milli
@@ -250,8 +254,8 @@ class Fragmentation:
 
     @staticmethod
     def _gpu_for(usage: _Scratch, need: Need, placement: InstancePlacement, seen: _Seen) -> InstancePlacement | None:
-        """``placement`` on the GPU of its machine that adds the least, in steps of ``seen.step_milli`` (the
-        fullest among those in the least step; shares only: whole GPUs and CPU stay where they are if still
+        """``placement`` on the GPU of its machine that adds the least, in FGD's score points (the
+        fullest among those with the best score; shares only: whole GPUs and CPU stay where they are if still
         free); ``None`` where it no longer fits. On a machine still as the snapshot has it, the GPU worked out
         with the machine's cost, if any, is the answer."""
         machine = placement.machine
@@ -304,7 +308,7 @@ class _Scratch:
         first = self.layout.gpu_first.item(machine)
         return all(self.gpu_milli.item(first + k) == 0 and self.gpu_mem.item(first + k) == 0 for k in slots)
 
-    def gpu_for(self, machine: int, need: Need, step_milli: float) -> int:
+    def gpu_for(self, machine: int, need: Need, step_milli: float | None) -> int:
         """The GPU (position on ``machine``) a share of ``need`` adds the least on, in steps; ``NO_GPU`` if none."""
         row = self._row(machine)
         if row is not None:

@@ -29,9 +29,9 @@ from placement.online.shape_mix import ShapeMix
 from placement.online.type_cost import measures
 
 STEPS_PER_PRESSURE = MILLI / STEP_MILLI
-"""The cost of one unit of pressure, in steps of the fragmentation scorer: as much as a whole GPU of expected
-fragmentation (restricted demand asking for all of a type's share of the free GPUs leaves, in expectation,
-each of them wanted)."""
+"""The cost of one unit of pressure, in the fragmentation scorer's points (one per 40 milli-GPUs, as FGD's score
+counts near zero): about as much as a whole GPU of expected fragmentation (restricted demand asking for all of a
+type's share of the free GPUs leaves, in expectation, each of them wanted)."""
 PRESSURE_CAP = 100.0
 """The pressure of a set of types with no free GPU left (any larger finite value would do)."""
 
