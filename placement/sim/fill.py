@@ -136,7 +136,8 @@ def fill(cluster: Cluster, pods: Sequence[Job], policy: str, seed: int, to: floa
     learns from arrivals starts knowing nothing). ``progress`` is told how many arrivals are done, now and then."""
     capacity = cluster.total_gpus * MILLI
     drawn = seed_draws(pods, [m.name for m in cluster.machines], capacity, to, seed)
-    snapshot = ClusterSnapshot.empty(build_cluster(cluster.name, [cluster.machines[m] for m in drawn.machines]))
+    in_order = build_cluster(cluster.name, [cluster.machines[m] for m in drawn.machines], cluster.topology)
+    snapshot = ClusterSnapshot.empty(in_order)  # the racks stay where they were: only the order of the machines moves
     jobs = [replace(pods[i], job_id=str(k)) for k, i in enumerate(drawn.arrivals)]
     decide = online_policy(policy, config, explain=False)
     arrived, allocated = np.zeros(len(jobs), np.int64), np.zeros(len(jobs), np.int64)
