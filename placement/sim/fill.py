@@ -99,8 +99,12 @@ def seed_draws(pods: Sequence[Job], machine_names: Sequence[str], capacity_milli
 
 def arrivals(pods: Sequence[Job], capacity_milli: int, to: float, seed: int) -> list[Job]:
     """The arrivals of one seed (see the module docstring); arrival ``k`` is job ``"k"``."""
-    return [replace(pods[i], job_id=str(k)) for k, i in enumerate(seed_draws(pods, (), capacity_milli, to,
-                                                                                    seed).arrivals)]
+    return _named(pods, seed_draws(pods, (), capacity_milli, to, seed).arrivals)
+
+
+def _named(pods: Sequence[Job], positions: list[int]) -> list[Job]:
+    """The pods at ``positions`` as arrivals: arrival ``k`` is job ``"k"``."""
+    return [replace(pods[i], job_id=str(k)) for k, i in enumerate(positions)]
 
 
 def arrival_order(pods: Sequence[Job], capacity_milli: int, to: float, seed: int) -> list[int]:
@@ -138,7 +142,7 @@ def fill(cluster: Cluster, pods: Sequence[Job], policy: str, seed: int, to: floa
     drawn = seed_draws(pods, [m.name for m in cluster.machines], capacity, to, seed)
     in_order = build_cluster(cluster.name, [cluster.machines[m] for m in drawn.machines], cluster.topology)
     snapshot = ClusterSnapshot.empty(in_order)  # the racks stay where they were: only the order of the machines moves
-    jobs = [replace(pods[i], job_id=str(k)) for k, i in enumerate(drawn.arrivals)]
+    jobs = _named(pods, drawn.arrivals)
     decide = online_policy(policy, config, explain=False)
     arrived, allocated = np.zeros(len(jobs), np.int64), np.zeros(len(jobs), np.int64)
     took_ms = np.zeros(len(jobs))
