@@ -22,8 +22,9 @@ first fit). Without restricted shapes the two measures are the same.
 As in FGD, a shape's GPU memory and memory are not part of the measure. Placing an instance changes the
 machine it goes to: ``added`` gives, per machine, the least fragmentation any way of placing it there
 adds (for a share: on each GPU it fits; whole GPUs: the free ones; CPU only: the CPU), and which GPU
-gives it; among GPUs that add the same, the fullest, then the lowest index (or, counted in steps, among
-GPUs whose additions fall in the same step: the fullest).
+gives it; among GPUs that add the same (or, counted in steps, whose additions fall in the same step), the lowest
+index, as FGD's scheduler plugin takes them (it was measured against the fullest of them: the same unallocated
+shares over seeds 42-51 of the default pod list, within 0.01 points).
 
 The same figures, worked out other ways where those are cheaper: :class:`Measured` keeps what the measure
 reads of each machine state and its parts, from which an instance without a share takes a few array
@@ -260,7 +261,7 @@ def added(rows: Rows, need: Need, table: ShapeTable, step_milli: float | None = 
     """Per row, the least fragmentation placing one instance of ``need`` adds (``inf`` where it cannot be
     placed) and the GPU that gives it (``NO_GPU`` where the choice is not a GPU's); see the module docstring.
     With ``step_milli``, GPUs whose additions get the same FGD score (:func:`score_steps`) count as adding the
-    same, so the fullest of them is taken."""
+    same, so the lowest-indexed of them is taken."""
     tally = Tally.of(rows, table)
     return added_to(rows, tally, measure(tally, table), need, table, step_milli)
 
@@ -286,11 +287,10 @@ def added_both(rows: Rows, tally: Tally, before: IntArray, need: Need, table: Sh
     after = tally.after(row, taken, was, now, need.cpu_milli, table.levels)
     grown = measure(after, table) - before[row]  # exact: integers
     if need.gpu_milli and not need.whole_gpus:  # several GPUs of a row may take a share: the best of them
-        fuller = np.where(gpu == NO_GPU, 0, was)  # prefer the fullest GPU among those that add the same
-        first = _first_per_row(row, gpu, fuller, grown if step_milli is None else _steps(grown, norm, step_milli))
+        first = _first_per_row(row, gpu, grown if step_milli is None else _steps(grown, norm, step_milli))
         best[row[first]], best_gpu[row[first]] = grown[first] / norm[first], gpu[first]
         if then_milli != step_milli:
-            first = _first_per_row(row, gpu, fuller, grown if then_milli is None else _steps(grown, norm, then_milli))
+            first = _first_per_row(row, gpu, grown if then_milli is None else _steps(grown, norm, then_milli))
         then_gpu[row[first]] = gpu[first]
     else:  # one way per row, rows ascending
         best[row], best_gpu[row], then_gpu[row] = grown / norm, gpu, gpu
@@ -321,9 +321,9 @@ def _step(added: float, step_milli: float) -> float:
     return -math.floor(SCORE_POINTS / (1.0 + float(np.exp(exponent))) + 1e-9)
 
 
-def _first_per_row(row: IntArray, gpu: IntArray, fuller: IntArray, key: FloatArray | IntArray) -> IntArray:
-    """Per row, the way of placing with the least ``key``, then the fullest GPU, then the lowest."""
-    order = np.lexsort((gpu, fuller, key, row))
+def _first_per_row(row: IntArray, gpu: IntArray, key: FloatArray | IntArray) -> IntArray:
+    """Per row, the way of placing with the least ``key``, then the lowest GPU."""
+    order = np.lexsort((gpu, key, row))
     first: IntArray = order[np.r_[True, row[order][1:] != row[order][:-1]]]
     return first
 
@@ -405,11 +405,10 @@ class MachineRow:
         return grown[best] / norm, ways[best][0], ways[then][0]
 
     def _first(self, ways: list[tuple[int, int, int, int]], grown: list[int], step_milli: float | None) -> int:
-        """The way with the least addition (in FGD's score, with ``step_milli``), then the fullest GPU, then the
-        lowest."""
+        """The way with the least addition (in FGD's score, with ``step_milli``), then the lowest GPU."""
         norm = self.norm
-        keys = [(g if step_milli is None else _step(g / norm, step_milli), way[2] if way[0] != NO_GPU
-                 else 0, way[0]) for g, way in zip(grown, ways, strict=True)]
+        keys = [(g if step_milli is None else _step(g / norm, step_milli), way[0])
+                for g, way in zip(grown, ways, strict=True)]
         return min(range(len(ways)), key=keys.__getitem__)
 
     def take(self, slots: tuple[int, ...], gpu_milli: int, gpu_mem_mib: int, cpu_milli: int) -> None:

@@ -54,6 +54,7 @@ from placement.online.scorers import SCORERS
 from placement.online.scorers.base import Costs, LocalScorer, Term, WeightedSum
 from placement.online.scorers.fragmentation import Fragmentation
 from placement.online.scorers.type_demand import TypeDemand
+from placement.online.shape_mix import ShapeMix
 
 EPSILON = 1e-6
 """Weight of Liquid's best-fit tie-break: far below any other term's differences."""
@@ -177,16 +178,19 @@ def fresh_chooser(name: str) -> Chooser:
     return WeightedSum(LEARNING[name](Fragmentation())) if name in LEARNING else CHOOSERS[name]
 
 
-def online_policy(name: str, config: PlacementConfig | None = None, explain: bool = True) -> OnlinePolicy:
+def online_policy(name: str, config: PlacementConfig | None = None, explain: bool = True,
+                  mix: ShapeMix | None = None) -> OnlinePolicy:
     """The online policy called ``name``; ``KeyError`` naming the known ones otherwise.
 
-    ``explain=False``: no reasons and no empty-cluster verdict for jobs that do not fit (faster).
+    ``explain=False``: no reasons and no empty-cluster verdict for jobs that do not fit (faster). ``mix``: the
+    typical shapes a learning policy (``liquid``, ``fgd``) scores fragmentation with (default: its own, learned
+    from the jobs it is asked about).
     """
     if name not in CHOOSERS:
         raise KeyError(f"unknown placement policy {name!r}; known: {', '.join(CHOOSERS)}")
     chooser, settings, fills = CHOOSERS[name], config or PlacementConfig(), FILLS.get(name, never_fills)
     if name in LEARNING:
-        return _learning(name, LEARNING[name], settings, explain, fills)
+        return _learning(name, LEARNING[name], settings, explain, fills, mix)
 
     def place(snapshot: ClusterSnapshot, job: Job) -> Decision:
         return place_greedy(snapshot, job, name, chooser, settings, explain, fills)
@@ -195,9 +199,9 @@ def online_policy(name: str, config: PlacementConfig | None = None, explain: boo
 
 
 def _learning(name: str, terms: Callable[[Fragmentation], tuple[Term, ...]], settings: PlacementConfig,
-              explain: bool, fills: Fills) -> OnlinePolicy:
+              explain: bool, fills: Fills, mix: ShapeMix | None) -> OnlinePolicy:
     """The policy ``name`` with its own fragmentation scorer, which also chooses the GPUs of what it placed."""
-    scorer = Fragmentation()
+    scorer = Fragmentation(mix)
     chooser = WeightedSum(terms(scorer))
 
     def place(snapshot: ClusterSnapshot, job: Job) -> Decision:

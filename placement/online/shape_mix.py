@@ -9,7 +9,11 @@ answers the typical ones, as the FGD paper defines them: the most common shapes 
 Rare shapes that ask for much GPU (8-GPU pods are rare in the openb traces but hold a fair share of
 their GPUs) would fall outside that cut, and a cluster that keeps no machine whole could never host them, so
 the most GPU-hungry shapes covering ``coverage`` of the requested GPUs are added as well, at their own
-popularity. Memory is not part of a shape, as in FGD.
+popularity (FGD has no such addition: ``gpu_hungry=False`` leaves it out). Memory is not part of a shape, as in
+FGD.
+
+:meth:`ShapeMix.known` is FGD's own setting instead, for experiments only: the typical shapes of a whole pod list,
+worked out before the first arrival and never changed (FGD's simulator reads them from the list it replays).
 
 The mix is worked out again only now and then (after a quarter of the window has arrived, or 8 jobs
 early on) and handed out under a new version only when it changed: the scorer keeps what it computed
@@ -19,6 +23,7 @@ from one version until the next.
 from __future__ import annotations
 
 from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from placement.model.demand import Job
@@ -73,8 +78,10 @@ class ShapeMix:
     """The typical shapes of the last ``window`` jobs observed (see the module docstring)."""
 
     def __init__(self, window: int = 4096, coverage: float = 0.95, refresh_share: float = 0.25,
-                 tolerance: float = 0.02) -> None:
+                 tolerance: float = 0.02, gpu_hungry: bool = True) -> None:
         self.window, self.coverage, self.refresh_share, self.tolerance = window, coverage, refresh_share, tolerance
+        self.gpu_hungry = gpu_hungry
+        self._known = False
         self._jobs: deque[tuple[str, Counter[Shape]]] = deque()
         self._ids: set[str] = set()
         self._counts: Counter[Shape] = Counter()
@@ -86,9 +93,24 @@ class ShapeMix:
         self._restricted_view: dict[tuple[str, ...], int] | None = {}
         """:meth:`restricted_demand` as handed out, until a restricted shape enters or leaves the window."""
 
+    @classmethod
+    def known(cls, jobs: Sequence[Job], coverage: float = 0.95) -> ShapeMix:
+        """The typical shapes of ``jobs`` as FGD's simulator works them out from the pod list it replays (the most
+        common covering ``coverage`` of the instances, no GPU-hungry additions), fixed: what is observed later
+        changes nothing. Not a policy's setting: it knows the arrivals in advance."""
+        mix = cls(window=max(len(jobs), 1), coverage=coverage, gpu_hungry=False)
+        for job in jobs:
+            mix.observe(job)
+        if not mix._jobs:
+            raise ValueError("no jobs to work out the typical shapes from")
+        mix.current()
+        mix._known = True
+        return mix
+
     def observe(self, job: Job) -> None:
-        """Count ``job``'s instances (once per job id among the jobs in the window)."""
-        if job.job_id in self._ids:
+        """Count ``job``'s instances (once per job id among the jobs in the window; never, for a :meth:`known`
+        mix)."""
+        if self._known or job.job_id in self._ids:
             return
         shapes = shapes_of(job)
         self._jobs.append((job.job_id, shapes))
@@ -131,19 +153,23 @@ class ShapeMix:
     def current(self) -> Mix:
         """The typical shapes, worked out again if enough jobs arrived since the last time."""
         due = max(MIN_REFRESH_JOBS, self.refresh_share * min(self._at_refresh, self.window))
-        if self._jobs and (not self._mix.shapes or self._since >= due):
-            shapes, counts = typical(self._counts, self.coverage)
+        if self._jobs and not self._known and (not self._mix.shapes or self._since >= due):
+            shapes, counts = typical(self._counts, self.coverage, self.gpu_hungry)
             if not _close(self._mix, shapes, counts, self.tolerance):
                 self._mix = Mix(shapes, counts, self._mix.version + 1)
             self._since, self._at_refresh = 0, len(self._jobs)
         return self._mix
 
 
-def typical(counts: Counter[Shape], coverage: float) -> tuple[tuple[Shape, ...], tuple[int, ...]]:
-    """The most common shapes covering ``coverage`` of the instances, with the most GPU-hungry ones
-    covering ``coverage`` of the requested GPUs, and their counts (most common first; ties: by shape)."""
+def typical(counts: Counter[Shape], coverage: float,
+            gpu_hungry: bool = True) -> tuple[tuple[Shape, ...], tuple[int, ...]]:
+    """The most common shapes covering ``coverage`` of the instances, with (``gpu_hungry``) the most GPU-hungry
+    ones covering ``coverage`` of the requested GPUs, and their counts (most common first; ties: by shape)."""
     by_count = sorted(counts, key=lambda s: (-counts[s], s))
     chosen = set(_covering(by_count, [counts[s] for s in by_count], coverage))
+    if not gpu_hungry:
+        shapes = tuple(s for s in by_count if s in chosen)
+        return shapes, tuple(counts[s] for s in shapes)
     by_gpu = sorted((s for s in counts if s.requested_milli), key=lambda s: (-counts[s] * s.requested_milli, s))
     chosen.update(_covering(by_gpu, [counts[s] * s.requested_milli for s in by_gpu], coverage))
     shapes = tuple(s for s in by_count if s in chosen)

@@ -21,6 +21,12 @@ fit is dropped. After each arrival:
 A curve read at ``x`` % arrived is the state after the last arrival with ``arrived_pct <= x``. The state
 is one snapshot, updated by each placed pod (``placement.apply`` copies the usage arrays and carries the
 per-machine sums over, recomputed on the machines the pod touched); nothing is rebuilt per arrival.
+
+``known_mix=True`` gives the learning policies FGD's own knowledge instead of what they learn online: the typical
+shapes of the whole pod list before the first arrival (``ShapeMix.known``). With it, ``fgd`` decides every
+arrival of seed 47 of the default pod list on FGD's cluster as FGD's simulator does
+(``tests/placement/test_fill_beside_fgd.py``); it measures what learning the mix online costs, and is not a
+policy a cluster could run.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from placement.model.layout import MILLI
 from placement.model.snapshot import ClusterSnapshot, apply
 from placement.online.greedy import PlacementConfig
 from placement.online.policies import online_policy
+from placement.online.shape_mix import ShapeMix
 from placement.sim.go_random import GoRand
 
 IntArray = npt.NDArray[np.int64]
@@ -123,6 +130,8 @@ class FillCurve:
     arrived_milli: IntArray
     allocated_milli: IntArray
     decision_ms: FloatArray
+    machine: IntArray
+    """Per arrival, the machine (position in the cluster's machine list) of its first instance; -1: not placed."""
 
     def unallocated_pct_at(self, arrived_pct: Sequence[float] | FloatArray) -> FloatArray:
         """Unallocated GPU capacity (%) after the last arrival with ``arrived_pct <= x``, for each ``x``
@@ -135,16 +144,19 @@ class FillCurve:
 
 
 def fill(cluster: Cluster, pods: Sequence[Job], policy: str, seed: int, to: float = 1.3,
-         config: PlacementConfig | None = None, progress: Callable[[int], None] | None = None) -> FillCurve:
+         config: PlacementConfig | None = None, progress: Callable[[int], None] | None = None,
+         known_mix: bool = False) -> FillCurve:
     """Fill ``cluster`` with the arrivals of ``seed`` placed by ``policy`` (a fresh instance: a policy that
-    learns from arrivals starts knowing nothing). ``progress`` is told how many arrivals are done, now and then."""
+    learns from arrivals starts knowing nothing, unless ``known_mix``: see the module docstring). ``progress`` is
+    told how many arrivals are done, now and then."""
     capacity = cluster.total_gpus * MILLI
     drawn = seed_draws(pods, [m.name for m in cluster.machines], capacity, to, seed)
     in_order = build_cluster(cluster.name, [cluster.machines[m] for m in drawn.machines], cluster.topology)
     snapshot = ClusterSnapshot.empty(in_order)  # the racks stay where they were: only the order of the machines moves
     jobs = _named(pods, drawn.arrivals)
-    decide = online_policy(policy, config, explain=False)
+    decide = online_policy(policy, config, explain=False, mix=ShapeMix.known(pods) if known_mix else None)
     arrived, allocated = np.zeros(len(jobs), np.int64), np.zeros(len(jobs), np.int64)
+    machine = np.full(len(jobs), -1, np.int64)
     took_ms = np.zeros(len(jobs))
     requested = placed = 0
     for k, job in enumerate(jobs):
@@ -156,12 +168,13 @@ def fill(cluster: Cluster, pods: Sequence[Job], policy: str, seed: int, to: floa
         if decision.verdict is Verdict.PLACED and decision.allocation is not None:
             snapshot = apply(snapshot, decision.allocation)
             placed += milli
+            machine[k] = drawn.machines[decision.allocation.instances[0].machine]
         arrived[k], allocated[k] = requested, placed
         if progress is not None and k % 256 == 255:
             progress(k + 1)
     if progress is not None:
         progress(len(jobs))
-    return FillCurve(policy, seed, capacity, arrived, allocated, took_ms)
+    return FillCurve(policy, seed, capacity, arrived, allocated, took_ms, machine)
 
 
 def reported_pcts(to: float) -> list[int]:

@@ -209,6 +209,10 @@ def fill_command(
                          "share of a GPU), multi:P (P take several GPUs) or types:P (P are restricted to one GPU "
                          "type), P in [0, 1]; see placement/sim/derived_pods.py")] = None,
     derive_seed: Annotated[int, typer.Option(help="seed of the pods --derive changes")] = 0,
+    known_mix: Annotated[bool, typer.Option(
+        "--known-mix", help="give fgd and liquid the typical shapes of the whole pod list before the first arrival, "
+                            "as FGD's simulator has them, instead of learning them online: an experiment, not a "
+                            "policy (it knows the arrivals in advance)")] = False,
     scheduler: DaskSchedulerOpt = None,
 ) -> None:
     """The FGD paper's fill-to-capacity experiment: every pod in a shuffled order, then pods drawn with
@@ -257,7 +261,7 @@ def fill_command(
         if client is None:
             for name, seed in order:
                 steps.update(f"filling: {name}, seed {seed}")
-                curves[name].append(fill(cluster, jobs, name, seed, to))
+                curves[name].append(fill(cluster, jobs, name, seed, to, known_mix=known_mix))
                 steps.advance()
         else:
             runner = OnDask(client)
@@ -267,17 +271,19 @@ def fill_command(
                 steps.update(f"filled: {order[position][0]}, seed {order[position][1]}")
                 steps.advance()
 
-            handles = [runner.submit(fill, *shared, name, seed, to, name=f"fill-{name}-seed{seed}")
+            handles = [runner.submit(fill, *shared, name, seed, to, None, None, known_mix,
+                                     name=f"fill-{name}-seed{seed}")
                        for name, seed in order]
             for (name, _), curve in zip(order, runner.results(handles, done), strict=True):
                 curves[name].append(curve)
     summaries = [summarise_fill(curves[name], to) for name in names]
-    variant = f"-{derive_variant.replace(':', '')}" if derive_variant else ""
+    variant = (f"-{derive_variant.replace(':', '')}" if derive_variant else "") + ("-known-mix" if known_mix else "")
     folder = out or home() / "simulations" / f"fill-{pods.stem}{variant}-{nodes.stem}"
     folder.mkdir(parents=True, exist_ok=True)
     report = fill_json(summaries)
     (folder / "fill.json").write_text(json.dumps(report, indent=2) + "\n")
     derived = f" derived {derive_variant} (seed {derive_seed})" if derive_variant else ""
+    derived += ", typical shapes known in advance" if known_mix else ""
     title = f"{pods.name}{derived} on {nodes.name} ({cluster.total_gpus:,} GPUs), seeds {seeds}"
     plot_fill(curves, to, folder / "fill.png", title)
     if as_json:

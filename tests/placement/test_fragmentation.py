@@ -99,21 +99,22 @@ def test_costs_count_in_steps_and_a_step_ties_to_the_first_machine() -> None:
         Fragmentation(step_milli=0)
 
 
-def test_the_gpu_inside_a_machine_is_the_fullest_within_the_least_step() -> None:
-    # one machine, GPUs free [1000, 330]; mix: CPU-only pods (count 19), a 0.3 share (count 1). A 0.1 share:
-    #   on GPU0 (1000 -> 900): the CPU shape loses 100 (x 19), the share still fits anywhere -> -1900 / 20 = -95
-    #   on GPU1 (330 -> 230): the CPU shape loses 100 (x 19), GPU1's 230 no longer takes the share
+def test_the_gpu_inside_a_machine_is_the_lowest_within_the_least_step() -> None:
+    # one machine, GPUs free [330, 1000]; mix: CPU-only pods (count 19), a 0.3 share (count 1). A 0.1 share:
+    #   on GPU0 (330 -> 230): the CPU shape loses 100 (x 19), GPU0's 230 no longer takes the share
     #       -> (-1900 + 230) / 20 = -83.5
-    # exact: GPU0; FGD's score gives both floor(100 x sigmoid(0.095 or 0.0835)) = 52 points, so the fuller GPU1
+    #   on GPU1 (1000 -> 900): the CPU shape loses 100 (x 19), the share still fits anywhere -> -1900 / 20 = -95
+    # exact: GPU1; FGD's score gives both floor(100 x sigmoid(0.0835 or 0.095)) = 52 points, so, as FGD's plugin
+    # does, the lowest-indexed GPU0
     mix = Mix((Shape(1000, 0, 0), Shape(1000, 300, 1)), (19, 1), 1)
-    snapshot = used(ClusterSnapshot.empty(cluster(2)), 0, [0, 670])
+    snapshot = used(ClusterSnapshot.empty(cluster(2)), 0, [670, 0])
     table = ShapeTable.of(mix, snapshot.layout)
     rows = rows_of(WorkingState(snapshot), np.array([0]))
     need = need_of(pod("x", 0.1).tasks[0])
-    assert added(rows, need, table)[1].tolist() == [0]
+    assert added(rows, need, table)[1].tolist() == [1]
     assert added(rows, need, table)[0].tolist() == [-95.0]
     cost, gpu = added(rows, need, table, 40.0)
-    assert gpu.tolist() == [1] and cost.tolist() == [-83.5]
+    assert gpu.tolist() == [0] and cost.tolist() == [-83.5]
 
 
 def test_added_picks_the_gpu_that_keeps_a_typical_share_usable() -> None:
@@ -254,6 +255,20 @@ def test_the_mix_counts_each_job_once_and_forgets_beyond_its_window() -> None:
         mix.observe(job)
     current = mix.current()  # "a" asked twice counts once, then left the window of 3 jobs
     assert current.shapes == (Shape(1000, 1000, 1),) and current.counts == (3,)
+
+
+def test_a_known_mix_is_fgds_cut_of_the_whole_list_and_learns_nothing_after() -> None:
+    # SYNTHETIC list: 96 shares, 3 CPU pods, 1 eight-GPU pod; FGD keeps the most common shapes covering 95% of the
+    # pods (the shares alone) and adds no GPU-hungry shape
+    jobs = [pod(f"s{k}", 0.5) for k in range(96)] + [pod(f"c{k}", 0) for k in range(3)] + [pod("e", 8)]
+    mix = ShapeMix.known(jobs)
+    before = mix.current()
+    assert before.shapes == (Shape(1000, 500, 1),) and before.counts == (96,)
+    for k in range(50):
+        mix.observe(pod(f"new{k}", 1))
+    assert mix.current() == before
+    with pytest.raises(ValueError, match="no jobs"):
+        ShapeMix.known([])
 
 
 @pytest.mark.parametrize("types", [frozenset(), frozenset({"T4"})])

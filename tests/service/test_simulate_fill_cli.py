@@ -87,3 +87,19 @@ def test_fill_runs_on_a_derived_workload_and_refuses_a_bad_variant(tmp_path: Pat
     bad = gpuplace("simulate", "fill", "--pods", str(pods), "--nodes", str(nodes), "--derive", "types:2",
                    home=tmp_path)
     assert bad.returncode == 2 and "KIND:SHARE" in bad.stderr.replace("\n", "")
+
+
+def test_known_mix_fills_as_fill_does_with_the_whole_lists_shapes(tmp_path: Path) -> None:
+    from placement import fill, load_cluster, load_openb_pods, summarise_fill
+    from service.cli.fill_report import fill_json
+
+    pods, nodes = write_inputs(tmp_path)
+    result = gpuplace("simulate", "fill", "--pods", str(pods), "--nodes", str(nodes), "--policies", "fgd",
+                      "--seeds", "1-3", "--to", "1.2", "--known-mix", "--json", home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    jobs, cluster = load_openb_pods(pods), load_cluster(nodes)
+    shown = json.loads(result.stdout)["policies"]["fgd"]["unallocated_pct"]
+    for known, equal in ((True, True), (False, False)):
+        curves = [fill(cluster, jobs, "fgd", s, 1.2, known_mix=known) for s in (1, 2, 3)]
+        assert (fill_json([summarise_fill(curves, 1.2)])["policies"]["fgd"]["unallocated_pct"] == shown) is equal
+    assert (tmp_path / "simulations" / "fill-pods-known-mix-nodes" / "fill.json").is_file()

@@ -3,8 +3,8 @@ expected fragmentation (milli-GPUs) that placing the instance there adds, over t
 (``placement.online.frag_measure``), for the typical shapes of the jobs this scorer was asked about
 (``placement.online.shape_mix``: learned online, never read from a trace). :meth:`Fragmentation.choose_gpus`
 then puts each share of a placed job on the GPU that adds the least (counted in the same score, the
-fullest GPU among those with the best score), which the greedy step alone does not choose (it takes the
-fullest GPU that fits).
+lowest-indexed GPU among those with the best score, as FGD's plugin chooses), which the greedy step alone
+does not choose (it takes the fullest GPU that fits).
 
 The cost is FGD's node score, negated (``placement.online.frag_measure.score_steps``): the integer part of
 100 x sigmoid(-added / 1000), one point of which is ``STEP_MILLI`` (40 milli-GPUs) around zero and ever more
@@ -255,7 +255,7 @@ class Fragmentation:
     @staticmethod
     def _gpu_for(usage: _Scratch, need: Need, placement: InstancePlacement, seen: _Seen) -> InstancePlacement | None:
         """``placement`` on the GPU of its machine that adds the least, in FGD's score points (the
-        fullest among those with the best score; shares only: whole GPUs and CPU stay where they are if still
+        lowest-indexed among those with the best score; shares only: whole GPUs and CPU stay where they are if still
         free); ``None`` where it no longer fits. On a machine still as the snapshot has it, the GPU worked out
         with the machine's cost, if any, is the answer."""
         machine = placement.machine
