@@ -41,6 +41,7 @@ from placement.model.demand import Job
 from placement.model.feasibility import Need, need_of, violations
 from placement.model.layout import MILLI, BoolArray, FloatArray, IntArray, Layout
 from placement.model.snapshot import Allocation, ClusterSnapshot, InstancePlacement
+from placement.online.frag_kernel import KernelTable, added_on_rows, kernel_table
 from placement.online.frag_measure import (
     NO_GPU,
     MachineRow,
@@ -61,8 +62,6 @@ from placement.online.working import WorkingState
 
 ENTRY_LIMIT = 128
 """Instance demands whose costs are kept at once (the table is emptied when full)."""
-BY_MACHINE = 8
-"""Up to this many machine states to work out at once, each is worked out on its own in Python numbers."""
 STEP_MILLI = 40.0
 """The resolution of the cost (expected milli-GPUs of fragmentation added): FGD's one score point near zero."""
 GPU_MACHINE_STEPS = 0.5
@@ -107,6 +106,7 @@ class _Seen:
         self.table: ShapeTable | None = None
         self.entries: dict[CostKey, _Costs] = {}
         self.measured: Measured | None = None
+        self.kernel: KernelTable | None = None
 
     def use(self, mix: Mix) -> ShapeTable:
         """The shape table of ``mix``; what was worked out under another mix is dropped (the tallies are kept
@@ -115,6 +115,7 @@ class _Seen:
             table = ShapeTable.of(mix, self.layout)
             self.measured = Measured(table) if self.measured is None else self.measured.retable(table)
             self.mix, self.table, self.entries = mix, table, {}
+            self.kernel = kernel_table([table.for_type(t) for t in range(len(self.layout.gpu_types))])
         return self.table
 
     def follow(self, working: WorkingState) -> IntArray:
@@ -158,14 +159,15 @@ class _Seen:
 
     def _added(self, usage: MachineUsage, machines: IntArray, ids: IntArray, need: Need) -> tuple[FloatArray, IntArray]:
         """The exact costs of :func:`added` on ``machines`` (in the states ``ids``) and, for a share, the GPU it
-        gives counted in steps. A large machine is worked out alone: the rows of the others are not widened to
-        its GPUs."""
-        table, measured = self.table, self.measured
-        assert table is not None and measured is not None  # set by use, called first
+        gives counted in steps: compiled (``frag_kernel``) on machines of a few GPUs; a large machine is worked
+        out alone in numpy (the rows of the others are not widened to its GPUs)."""
+        table, measured, kernel = self.table, self.measured, self.kernel
+        assert table is not None and measured is not None and kernel is not None  # set by use, called first
         large = self.layout.gpu_count[machines] > FEW_GPUS_PER_MACHINE
-        if len(machines) <= BY_MACHINE and not large.any():
-            worked = [MachineRow(usage, m, table).added_both(need, None, self.step_milli) for m in machines.tolist()]
-            return np.array([w[0] for w in worked]), np.array([w[2] for w in worked], dtype=np.int64)
+        if not large.any():
+            rows = rows_of(usage, machines)
+            return added_on_rows(rows.free, rows.mem_free, rows.caps, rows.cpu_free, rows.gpu_type, kernel, need,
+                                 self.step_milli)
         measured.fit(len(self.states))
         groups = [np.arange(len(machines))] if not large.any() else \
             [np.flatnonzero(~large), *(np.array([k]) for k in np.flatnonzero(large).tolist())]

@@ -1,0 +1,196 @@
+"""The fragmentation one instance adds on each of many machines of a few GPUs, compiled (numba): the figures of
+:class:`placement.online.frag_measure.MachineRow`, the same integers and the same choices, at a few microseconds
+per machine rather than tens.
+
+A decision needs the cost of its demand on every machine whose state changed since that demand was last asked;
+for a rare demand that is tens of machines, and worked out one by one in Python numbers (or in numpy calls over
+small arrays) those few decisions set the tail of the decision time. Compiled, one call works them all out.
+
+The per-type tables are :class:`placement.online.frag_measure.TypeSums` laid out as arrays, padded to the
+largest type: ``fits[t, l, k, c]`` for ``k`` up to ``most[t]`` and ``c`` up to ``ncpus[t]``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar, cast
+
+import numba
+import numpy as np
+
+from placement.filters.gpu_share import proportional_per_gpu
+from placement.model.feasibility import Need
+from placement.model.layout import MILLI, FloatArray, IntArray
+
+NO_GPU = -1
+SCORE_POINTS = 100.0
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _compiled(function: F) -> F:
+    """``function`` compiled on its first call (and cached on disk for the next processes)."""
+    return cast(F, numba.njit(cache=True, nogil=True)(function))
+
+
+class Sums(Protocol):
+    """What :func:`kernel_table` reads of ``frag_measure.TypeSums``."""
+
+    @property
+    def levels(self) -> list[int]: ...
+    @property
+    def norm(self) -> int: ...
+    @property
+    def everyone(self) -> int: ...
+    @property
+    def cpus(self) -> list[int]: ...
+    @property
+    def most_gpus(self) -> int: ...
+    @property
+    def fits(self) -> list[list[list[int]]]: ...
+
+
+@dataclass(frozen=True)
+class KernelTable:
+    """A shape table's per-type sums (``TypeSums``) as padded arrays, for :func:`added_on_rows`."""
+
+    levels: IntArray
+    everyone: IntArray
+    norm: IntArray
+    most: IntArray
+    cpus: IntArray
+    ncpus: IntArray
+    fits: IntArray
+
+
+def kernel_table(sums: Sequence[Sums]) -> KernelTable:
+    """The per-type sums of one shape table as arrays, one entry per GPU type index."""
+    levels = np.array(sums[0].levels, dtype=np.int64)
+    most = np.array([s.most_gpus for s in sums], dtype=np.int64)
+    ncpus = np.array([len(s.cpus) for s in sums], dtype=np.int64)
+    cpus = np.zeros((len(sums), int(ncpus.max(initial=0)) or 1), dtype=np.int64)
+    fits = np.zeros((len(sums), len(levels), int(most.max(initial=0)) + 1, int(ncpus.max(initial=0)) + 1),
+                    dtype=np.int64)
+    for t, type_sums in enumerate(sums):
+        cpus[t, :len(type_sums.cpus)] = type_sums.cpus
+        fits[t, :, :type_sums.most_gpus + 1, :len(type_sums.cpus) + 1] = type_sums.fits
+    return KernelTable(levels, np.array([s.everyone for s in sums], dtype=np.int64),
+                       np.array([s.norm for s in sums], dtype=np.int64), most, cpus, ncpus, fits)
+
+
+def added_on_rows(free: IntArray, mem_free: IntArray, caps: IntArray, cpu_free: IntArray, gpu_type: IntArray,
+                  table: KernelTable, need: Need, step_milli: float | None) -> tuple[FloatArray, IntArray]:
+    """Per row (a machine state, as ``frag_measure.Rows`` gives it): the least fragmentation one instance of ``need``
+    adds there, exactly (``inf`` where it does not fit), and, for a share, the GPU it goes to: the least addition in
+    FGD's score points with ``step_milli`` (exactly without), then the lowest index; ``NO_GPU`` for other demands."""
+    if need.gpu_milli and not need.whole_gpus:
+        per_gpu = (np.full_like(caps, need.gpu_mem_mib) if need.gpu_mem_mib >= 0
+                   else proportional_per_gpu(caps, need.share_mem))
+    else:
+        per_gpu = np.zeros_like(caps)
+    return _added_rows(free, mem_free, caps, per_gpu, cpu_free, gpu_type, table.levels, table.everyone, table.norm,
+                     table.most, table.cpus, table.ncpus, table.fits, need.whole_gpus, need.gpu_milli, need.cpu_milli,
+                     -1.0 if step_milli is None else float(step_milli))
+
+
+@_compiled
+def _measure(total: int, count: IntArray, usable: IntArray, cpu: int, t: int, levels: IntArray, everyone: IntArray,
+             most: IntArray, cpus: IntArray, ncpus: IntArray, fits: IntArray) -> int:
+    """``MachineRow._measure``: the integer measure of one state of a machine of type ``t``."""
+    c = 0
+    while c < ncpus[t] and cpus[t, c] <= cpu:  # bisect_right over the type's CPU asks
+        c += 1
+    frag = total * everyone[t]
+    for level in range(len(levels)):
+        room = usable[level]
+        if room:
+            k = count[level] if count[level] < most[t] else most[t]
+            frag -= room * fits[t, level, k, c]
+    return int(frag)
+
+
+@_compiled
+def _step(added: float, step_milli: float) -> float:
+    """``frag_measure.score_steps`` of one addition."""
+    exponent = min(added / (SCORE_POINTS / 4 * step_milli), 700.0)
+    return float(-math.floor(SCORE_POINTS / (1.0 + math.exp(exponent)) + 1e-9))
+
+
+@_compiled
+def _added_rows(free: IntArray, mem_free: IntArray, caps: IntArray, per_gpu: IntArray, cpu_free: IntArray,
+                gpu_type: IntArray, levels: IntArray, everyone: IntArray, norm: IntArray, most: IntArray,
+                cpus: IntArray, ncpus: IntArray, fits: IntArray, whole_gpus: int, gpu_milli: int, cpu_milli: int,
+                step_milli: float) -> tuple[FloatArray, IntArray]:
+    rows, width = free.shape
+    n_levels = len(levels)
+    cost = np.full(rows, np.inf)
+    chosen = np.full(rows, NO_GPU, dtype=np.int64)
+    count = np.zeros(n_levels, dtype=np.int64)
+    usable = np.zeros(n_levels, dtype=np.int64)
+    after_count = np.zeros(n_levels, dtype=np.int64)
+    after_usable = np.zeros(n_levels, dtype=np.int64)
+    seen = np.zeros(width + 1, dtype=np.int64)
+    share = gpu_milli > 0 and whole_gpus == 0
+    for r in range(rows):
+        t = gpu_type[r]
+        total = 0
+        for level in range(n_levels):
+            count[level] = 0
+            usable[level] = 0
+        whole = 0
+        for k in range(width):
+            f = free[r, k]
+            if f > 0:
+                total += f
+                for level in range(n_levels):
+                    if f >= levels[level]:
+                        count[level] += 1
+                        usable[level] += f
+            if f == MILLI and mem_free[r, k] == caps[r, k] and caps[r, k] > 0:
+                whole += 1
+        before = _measure(total, count, usable, cpu_free[r], t, levels, everyone, most, cpus, ncpus, fits)
+        cpu_after = cpu_free[r] - cpu_milli
+        if share:
+            n_seen = 0
+            best_exact, best_steps, best_gpu = 0, 0.0, NO_GPU
+            for k in range(width):
+                was = free[r, k]
+                if was < gpu_milli or caps[r, k] <= 0 or mem_free[r, k] < per_gpu[r, k]:
+                    continue
+                repeated = False
+                for j in range(n_seen):
+                    if seen[j] == was:
+                        repeated = True
+                if repeated:
+                    continue
+                seen[n_seen] = was
+                n_seen += 1
+                now = was - gpu_milli
+                for level in range(n_levels):
+                    lv = levels[level]
+                    after_count[level] = count[level] - ((1 if was >= lv else 0) - (1 if now >= lv else 0))
+                    after_usable[level] = usable[level] - ((was if was >= lv else 0) - (now if now >= lv else 0))
+                grown = _measure(total - gpu_milli, after_count, after_usable, cpu_after, t, levels, everyone, most,
+                                 cpus, ncpus, fits) - before
+                steps = _step(grown / norm[t], step_milli) if step_milli > 0 else float(grown)
+                if n_seen == 1 or grown < best_exact:
+                    best_exact = grown
+                if n_seen == 1 or steps < best_steps:
+                    best_steps, best_gpu = steps, k
+            if n_seen:
+                cost[r] = best_exact / norm[t]
+                chosen[r] = best_gpu
+        elif gpu_milli:
+            if whole >= whole_gpus:
+                for level in range(n_levels):
+                    lv = levels[level]
+                    after_count[level] = count[level] - whole_gpus * (1 if lv <= MILLI else 0)
+                    after_usable[level] = usable[level] - whole_gpus * (MILLI if lv <= MILLI else 0)
+                grown = _measure(total - whole_gpus * MILLI, after_count, after_usable, cpu_after, t, levels, everyone,
+                                 most, cpus, ncpus, fits) - before
+                cost[r] = grown / norm[t]
+        else:
+            grown = _measure(total, count, usable, cpu_after, t, levels, everyone, most, cpus, ncpus, fits) - before
+            cost[r] = grown / norm[t]
+    return cost, chosen
