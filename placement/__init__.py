@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from placement.model.topology import dump_topology_yaml as dump_topology_yaml
     from placement.model.topology import load_topology_yaml as load_topology_yaml
     from placement.model.topology import parse_topology_yaml as parse_topology_yaml
+    from placement.online.frag_kernel import compile_kernels as compile_kernels
     from placement.online.greedy import PlacementConfig as PlacementConfig
     from placement.online.greedy import Step as Step
     from placement.online.nodes import FilterResult as FilterResult
@@ -158,6 +159,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "placement.model.gpu_types": ("CPU_ONLY", "GPU_MEM_GIB", "KNOWN_TYPES"),
     "placement.model.layout": ("MIB_PER_GIB", "MILLI", "Derived", "Layout"),
     "placement.model.network": ("network_cost", "placement_cost"),
+    "placement.online.frag_kernel": ("compile_kernels",),
     "placement.online.nodes": ("FilterResult", "filter_nodes", "place_on", "score_nodes"),
     "placement.online.greedy": ("PlacementConfig", "Step"),
     "placement.online.policies": ("ONLINE_POLICY_NAMES", "OnlinePolicy", "online_policy", "place"),

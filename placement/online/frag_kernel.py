@@ -194,3 +194,14 @@ def _added_rows(free: IntArray, mem_free: IntArray, caps: IntArray, per_gpu: Int
             grown = _measure(total, count, usable, cpu_after, t, levels, everyone, most, cpus, ncpus, fits) - before
             cost[r] = grown / norm[t]
     return cost, chosen
+
+
+def compile_kernels() -> None:
+    """Compile the kernels now (or load them from the disk cache), rather than in the first decision that needs
+    them: a service calls it as it starts, so that no placement waits about 2 s for the compiler."""
+    rows = np.zeros((1, 1), dtype=np.int64)
+    one = np.zeros(1, dtype=np.int64)
+    table = KernelTable(np.array([MILLI], dtype=np.int64), one, one + 1, one, rows, one,
+                        np.zeros((1, 1, 1, 1), dtype=np.int64))
+    for need in (Need(0, 500, 0, 0, 0, 0.5, frozenset()), Need(1, MILLI, 0, 0, 0, 1.0, frozenset())):
+        added_on_rows(rows, rows, rows, one, one, table, need, 40.0)

@@ -26,7 +26,7 @@ from fastapi.telemetry import TelemetryConfig
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from placement import MILLI, InputError, load_cluster
+from placement import MILLI, InputError, compile_kernels, load_cluster
 from service.codec import cluster_from_json
 from service.estimator import EstimatorHolder, Registry, settle_heap
 from service.http import errors
@@ -98,6 +98,7 @@ def create_app(settings: Settings | None = None, rt: Runtime | None = None) -> F
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         current = rt or build_runtime(settings)
+        compile_kernels()  # the fragmentation kernels, compiled or loaded from the disk cache before any request
         answering = current.estimator.reload()  # a model it loads settles the heap (``settle_heap``)
         current.estimator.start(settings.model_poll_s)
         if not settings.accepted_keys():
