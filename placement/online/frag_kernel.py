@@ -20,9 +20,8 @@ from typing import Any, Protocol, TypeVar, cast
 import numba
 import numpy as np
 
-from placement.filters.gpu_share import proportional_per_gpu
 from placement.model.feasibility import Need
-from placement.model.layout import MILLI, FloatArray, IntArray
+from placement.model.layout import MILLI, FloatArray, IntArray, Layout
 
 NO_GPU = -1
 SCORE_POINTS = 100.0
@@ -79,18 +78,31 @@ def kernel_table(sums: Sequence[Sums]) -> KernelTable:
                        np.array([s.norm for s in sums], dtype=np.int64), most, cpus, ncpus, fits)
 
 
-def added_on_rows(free: IntArray, mem_free: IntArray, caps: IntArray, cpu_free: IntArray, gpu_type: IntArray,
-                  table: KernelTable, need: Need, step_milli: float | None) -> tuple[FloatArray, IntArray]:
-    """Per row (a machine state, as ``frag_measure.Rows`` gives it): the least fragmentation one instance of ``need``
-    adds there, exactly (``inf`` where it does not fit), and, for a share, the GPU it goes to: the least addition in
-    FGD's score points with ``step_milli`` (exactly without), then the lowest index; ``NO_GPU`` for other demands."""
-    if need.gpu_milli and not need.whole_gpus:
-        per_gpu = (np.full_like(caps, need.gpu_mem_mib) if need.gpu_mem_mib >= 0
-                   else proportional_per_gpu(caps, need.share_mem))
-    else:
-        per_gpu = np.zeros_like(caps)
-    return _added_rows(free, mem_free, caps, per_gpu, cpu_free, gpu_type, table.levels, table.everyone, table.norm,
-                     table.most, table.cpus, table.ncpus, table.fits, need.whole_gpus, need.gpu_milli, need.cpu_milli,
+class Usage(Protocol):
+    """What the kernel reads of a machine usage (``frag_measure.MachineUsage``)."""
+
+    @property
+    def layout(self) -> Layout: ...
+    @property
+    def gpu_milli(self) -> IntArray: ...
+    @property
+    def gpu_mem(self) -> IntArray: ...
+    @property
+    def cpu(self) -> IntArray: ...
+
+
+def added_on(usage: Usage, machines: IntArray, table: KernelTable, need: Need,
+             step_milli: float | None) -> tuple[FloatArray, IntArray]:
+    """Per machine of ``machines`` (each of a few GPUs) in ``usage``: the least fragmentation one instance of ``need``
+    adds there, exactly (``inf`` where it does not fit), and, for a share, the GPU it goes to (position on the
+    machine): the least addition in FGD's score points with ``step_milli`` (exactly without), then the lowest
+    index; ``NO_GPU`` for other demands. The kernel reads the usage arrays where they are: gathering the machines'
+    rows first (``frag_measure.rows_of``) took longer than the kernel itself."""
+    layout = usage.layout
+    return _added_on(usage.gpu_milli, usage.gpu_mem, usage.cpu, layout.gpu_first, layout.gpu_count,
+                     layout.gpu_mem_cap, layout.cpu_cap, layout.gpu_type, machines, table.levels, table.everyone,
+                     table.norm, table.most, table.cpus, table.ncpus, table.fits, need.whole_gpus, need.gpu_milli,
+                     need.gpu_mem_mib, float(need.share_mem), need.cpu_milli,
                      -1.0 if step_milli is None else float(step_milli))
 
 
@@ -118,11 +130,12 @@ def _step(added: float, step_milli: float) -> float:
 
 
 @_compiled
-def _added_rows(free: IntArray, mem_free: IntArray, caps: IntArray, per_gpu: IntArray, cpu_free: IntArray,
-                gpu_type: IntArray, levels: IntArray, everyone: IntArray, norm: IntArray, most: IntArray,
-                cpus: IntArray, ncpus: IntArray, fits: IntArray, whole_gpus: int, gpu_milli: int, cpu_milli: int,
-                step_milli: float) -> tuple[FloatArray, IntArray]:
-    rows, width = free.shape
+def _added_on(gpu_used: IntArray, gpu_mem_used: IntArray, cpu_used: IntArray, gpu_first: IntArray,
+              gpu_count: IntArray, gpu_mem_cap: IntArray, cpu_cap: IntArray, gpu_type: IntArray, machines: IntArray,
+              levels: IntArray, everyone: IntArray, norm: IntArray, most: IntArray, cpus: IntArray, ncpus: IntArray,
+              fits: IntArray, whole_gpus: int, gpu_milli: int, gpu_mem_mib: int, share_mem: float, cpu_milli: int,
+              step_milli: float) -> tuple[FloatArray, IntArray]:
+    rows = len(machines)
     n_levels = len(levels)
     cost = np.full(rows, np.inf)
     chosen = np.full(rows, NO_GPU, dtype=np.int64)
@@ -130,33 +143,41 @@ def _added_rows(free: IntArray, mem_free: IntArray, caps: IntArray, per_gpu: Int
     usable = np.zeros(n_levels, dtype=np.int64)
     after_count = np.zeros(n_levels, dtype=np.int64)
     after_usable = np.zeros(n_levels, dtype=np.int64)
+    width = 0
+    for r in range(rows):
+        width = max(width, gpu_count[machines[r]])
     seen = np.zeros(width + 1, dtype=np.int64)
     share = gpu_milli > 0 and whole_gpus == 0
     for r in range(rows):
-        t = gpu_type[r]
+        m = machines[r]
+        t, first, gpus = gpu_type[m], gpu_first[m], gpu_count[m]
         total = 0
         for level in range(n_levels):
             count[level] = 0
             usable[level] = 0
         whole = 0
-        for k in range(width):
-            f = free[r, k]
+        for k in range(gpus):
+            f = MILLI - gpu_used[first + k]
+            cap = gpu_mem_cap[first + k]
             if f > 0:
                 total += f
                 for level in range(n_levels):
                     if f >= levels[level]:
                         count[level] += 1
                         usable[level] += f
-            if f == MILLI and mem_free[r, k] == caps[r, k] and caps[r, k] > 0:
+            if f == MILLI and gpu_mem_used[first + k] == 0 and cap > 0:
                 whole += 1
-        before = _measure(total, count, usable, cpu_free[r], t, levels, everyone, most, cpus, ncpus, fits)
-        cpu_after = cpu_free[r] - cpu_milli
+        cpu_free = cpu_cap[m] - cpu_used[m]
+        before = _measure(total, count, usable, cpu_free, t, levels, everyone, most, cpus, ncpus, fits)
+        cpu_after = cpu_free - cpu_milli
         if share:
             n_seen = 0
             best_exact, best_steps, best_gpu = 0, 0.0, NO_GPU
-            for k in range(width):
-                was = free[r, k]
-                if was < gpu_milli or caps[r, k] <= 0 or mem_free[r, k] < per_gpu[r, k]:
+            for k in range(gpus):
+                was = MILLI - gpu_used[first + k]
+                cap = gpu_mem_cap[first + k]
+                per_gpu = gpu_mem_mib if gpu_mem_mib >= 0 else math.floor(share_mem * cap + 1e-9)
+                if was < gpu_milli or cap <= 0 or cap - gpu_mem_used[first + k] < per_gpu:
                     continue
                 repeated = False
                 for j in range(n_seen):
@@ -198,10 +219,17 @@ def _added_rows(free: IntArray, mem_free: IntArray, caps: IntArray, per_gpu: Int
 
 def compile_kernels() -> None:
     """Compile the kernels now (or load them from the disk cache), rather than in the first decision that needs
-    them: a service calls it as it starts, so that no placement waits about 2 s for the compiler."""
-    rows = np.zeros((1, 1), dtype=np.int64)
+    them: a service calls it as it starts, so that no placement waits about 2 s for the compiler. The arrays are
+    read-only, as a snapshot's and a working state's are (numba compiles read-only and writable arrays apart)."""
+    def frozen(*shape: int) -> IntArray:
+        array = np.zeros(shape, dtype=np.int64)
+        array.flags.writeable = False
+        return array
+
     one = np.zeros(1, dtype=np.int64)
-    table = KernelTable(np.array([MILLI], dtype=np.int64), one, one + 1, one, rows, one,
+    table = KernelTable(np.array([MILLI], dtype=np.int64), one, one + 1, one, np.zeros((1, 1), dtype=np.int64), one,
                         np.zeros((1, 1, 1, 1), dtype=np.int64))
-    for need in (Need(0, 500, 0, 0, 0, 0.5, frozenset()), Need(1, MILLI, 0, 0, 0, 1.0, frozenset())):
-        added_on_rows(rows, rows, rows, one, one, table, need, 40.0)
+    for whole, milli in ((0, 500), (1, MILLI)):
+        _added_on(frozen(1), frozen(1), frozen(1), frozen(1), frozen(1), frozen(1), frozen(1), frozen(1), one,
+                  table.levels, table.everyone, table.norm, table.most, table.cpus, table.ncpus, table.fits, whole,
+                  milli, 0, 0.5, 0, 40.0)

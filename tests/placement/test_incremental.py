@@ -22,7 +22,7 @@ from placement.model.network import NetworkTally
 from placement.model.snapshot import MILLI, Allocation, ClusterSnapshot, InstancePlacement, apply, release
 from placement.model.states import StateIds
 from placement.online import machine_states
-from placement.online.frag_kernel import added_on_rows, kernel_table
+from placement.online.frag_kernel import added_on, kernel_table
 from placement.online.frag_measure import MachineRow, Measured, ShapeTable, Tally, added_both, measure, rows_of
 from placement.online.greedy import PlacementConfig, Step, _build, never_fills
 from placement.online.machine_states import MachineStates
@@ -83,8 +83,7 @@ def test_the_measure_on_python_numbers_is_the_numpy_measure(snapshot: ClusterSna
             tally = Tally.of(rows, table)
             cost, gpu, then = added_both(rows, tally, measure(tally, table), need, table, None, step)
             assert row.added_both(need, None, step) == (cost[0], gpu[0], then[0])
-            compiled = added_on_rows(rows.free, rows.mem_free, rows.caps, rows.cpu_free, rows.gpu_type, kernel, need,
-                                     step)
+            compiled = added_on(working, np.array([machine]), kernel, need, step)
             assert (compiled[0][0], compiled[1][0]) == (cost[0], then[0])
             fits = working.candidates(need).ok[machine]
             if pick is None or not fits:

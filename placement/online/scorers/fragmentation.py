@@ -41,7 +41,7 @@ from placement.model.demand import Job
 from placement.model.feasibility import Need, need_of, violations
 from placement.model.layout import MILLI, BoolArray, FloatArray, IntArray, Layout
 from placement.model.snapshot import Allocation, ClusterSnapshot, InstancePlacement
-from placement.online.frag_kernel import KernelTable, added_on_rows, kernel_table
+from placement.online.frag_kernel import KernelTable, added_on, kernel_table
 from placement.online.frag_measure import (
     NO_GPU,
     MachineRow,
@@ -165,9 +165,7 @@ class _Seen:
         assert table is not None and measured is not None and kernel is not None  # set by use, called first
         large = self.layout.gpu_count[machines] > FEW_GPUS_PER_MACHINE
         if not large.any():
-            rows = rows_of(usage, machines)
-            return added_on_rows(rows.free, rows.mem_free, rows.caps, rows.cpu_free, rows.gpu_type, kernel, need,
-                                 self.step_milli)
+            return added_on(usage, machines, kernel, need, self.step_milli)
         measured.fit(len(self.states))
         groups = [np.arange(len(machines))] if not large.any() else \
             [np.flatnonzero(~large), *(np.array([k]) for k in np.flatnonzero(large).tolist())]
