@@ -15,13 +15,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import numba
 import numpy as np
 
 from placement.model.feasibility import Need
-from placement.model.layout import MILLI, FloatArray, IntArray, Layout
+from placement.model.layout import MILLI, FloatArray, IntArray
+from placement.online.frag_measure import MachineUsage, TypeSums
 
 NO_GPU = -1
 SCORE_POINTS = 100.0
@@ -31,23 +32,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 def _compiled(function: F) -> F:
     """``function`` compiled on its first call (and cached on disk for the next processes)."""
     return cast(F, numba.njit(cache=True, nogil=True)(function))
-
-
-class Sums(Protocol):
-    """What :func:`kernel_table` reads of ``frag_measure.TypeSums``."""
-
-    @property
-    def levels(self) -> list[int]: ...
-    @property
-    def norm(self) -> int: ...
-    @property
-    def everyone(self) -> int: ...
-    @property
-    def cpus(self) -> list[int]: ...
-    @property
-    def most_gpus(self) -> int: ...
-    @property
-    def fits(self) -> list[list[list[int]]]: ...
 
 
 @dataclass(frozen=True)
@@ -63,7 +47,7 @@ class KernelTable:
     fits: IntArray
 
 
-def kernel_table(sums: Sequence[Sums]) -> KernelTable:
+def kernel_table(sums: Sequence[TypeSums]) -> KernelTable:
     """The per-type sums of one shape table as arrays, one entry per GPU type index."""
     levels = np.array(sums[0].levels, dtype=np.int64)
     most = np.array([s.most_gpus for s in sums], dtype=np.int64)
@@ -78,20 +62,7 @@ def kernel_table(sums: Sequence[Sums]) -> KernelTable:
                        np.array([s.norm for s in sums], dtype=np.int64), most, cpus, ncpus, fits)
 
 
-class Usage(Protocol):
-    """What the kernel reads of a machine usage (``frag_measure.MachineUsage``)."""
-
-    @property
-    def layout(self) -> Layout: ...
-    @property
-    def gpu_milli(self) -> IntArray: ...
-    @property
-    def gpu_mem(self) -> IntArray: ...
-    @property
-    def cpu(self) -> IntArray: ...
-
-
-def added_on(usage: Usage, machines: IntArray, table: KernelTable, need: Need,
+def added_on(usage: MachineUsage, machines: IntArray, table: KernelTable, need: Need,
              step_milli: float | None) -> tuple[FloatArray, IntArray]:
     """Per machine of ``machines`` (each of a few GPUs) in ``usage``: the least fragmentation one instance of ``need``
     adds there, exactly (``inf`` where it does not fit), and, for a share, the GPU it goes to (position on the
