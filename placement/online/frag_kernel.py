@@ -22,10 +22,8 @@ import numpy as np
 
 from placement.model.feasibility import Need
 from placement.model.layout import MILLI, FloatArray, IntArray
-from placement.online.frag_measure import MachineUsage, TypeSums
+from placement.online.frag_measure import NO_GPU, SCORE_POINTS, MachineUsage, TypeSums
 
-NO_GPU = -1
-SCORE_POINTS = 100.0
 F = TypeVar("F", bound=Callable[..., Any])
 
 
