@@ -32,8 +32,10 @@ RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/gpuplace --she
     && mkdir -p /var/lib/gpuplace /var/lib/mlflow/artifacts \
     && chown -R gpuplace:gpuplace /var/lib/gpuplace /var/lib/mlflow
 # The installed package lives in site-packages, away from the data: GPUPLACE_DATA_DIR says where it is.
+# The placement kernels' compiled code is cached in the state volume (site-packages is not writable).
 ENV GPUPLACE_HOME=/var/lib/gpuplace \
     GPUPLACE_DATA_DIR=/app/data \
+    NUMBA_CACHE_DIR=/var/lib/gpuplace/.numba \
     PYTHONUNBUFFERED=1
 WORKDIR /var/lib/gpuplace
 USER gpuplace

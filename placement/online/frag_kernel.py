@@ -28,8 +28,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _compiled(function: F) -> F:
-    """``function`` compiled on its first call (and cached on disk for the next processes)."""
-    return cast(F, numba.njit(cache=True, nogil=True)(function))
+    """``function`` compiled on its first call, and cached on disk for the next processes where numba finds a
+    writable place (beside this file, else ``NUMBA_CACHE_DIR`` or the user's cache folder); where it finds none (a
+    read-only file system), compiled in each process instead."""
+    try:
+        return cast(F, numba.njit(cache=True, nogil=True)(function))
+    except RuntimeError:  # numba: "cannot cache function ...: no locator available"
+        return cast(F, numba.njit(nogil=True)(function))
 
 
 @dataclass(frozen=True)
