@@ -23,7 +23,16 @@ from placement.model.snapshot import MILLI, Allocation, ClusterSnapshot, Instanc
 from placement.model.states import StateIds
 from placement.online import machine_states
 from placement.online.frag_kernel import added_on, kernel_table
-from placement.online.frag_measure import MachineRow, Measured, ShapeTable, Tally, added_both, measure, rows_of
+from placement.online.frag_measure import (
+    MachineRow,
+    Measured,
+    ShapeTable,
+    Tally,
+    added,
+    added_both,
+    measure,
+    rows_of,
+)
 from placement.online.greedy import PlacementConfig, Step, _build, never_fills
 from placement.online.machine_states import MachineStates
 from placement.online.policies import CHOOSERS, FILLS, LEARNING, fresh_chooser, online_policy
@@ -32,7 +41,7 @@ from placement.online.scorers.base import WeightedSum
 from placement.online.scorers.fragmentation import Fragmentation
 from placement.online.shape_mix import Mix, Shape
 from placement.online.working import WorkingState
-from tests.placement.test_fragmentation import cluster, pod
+from tests.placement.test_fragmentation import cluster, pod, used
 from tests.placement.test_properties import clusters, jobs
 
 SLOW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -391,3 +400,23 @@ def test_crowded_by_is_the_capacity_check_of_the_snapshot_with_the_other_applied
         return
     want = bool(feasibility.violations(apply(snapshot, theirs), job, mine))
     assert feasibility.crowded_by(snapshot, mine, theirs) == want
+
+
+@SLOW
+@given(mix=mixes(), need=needs(), step=st.sampled_from([None, 40.0]),
+       held=st.lists(st.sampled_from([0, 100, 250, 500, 1000]), min_size=80, max_size=80))
+def test_the_scorer_on_small_and_large_machines_at_once_gives_the_measure(mix: Mix, need: Need, step: float | None,
+                                                                          held: list[int]) -> None:
+    """A decision among machines of a few GPUs (compiled) and a big node (numpy) at once: each machine's cost and GPU
+    as :func:`added` works them out on all of them together."""
+    snapshot = ClusterSnapshot.empty(cluster(2, 8, 70))  # SYNTHETIC: the last machine is large (over 64 GPUs)
+    snapshot = used(used(used(snapshot, 0, held[:2]), 1, held[2:10]), 2, held[10:])
+    working = WorkingState(snapshot)
+    seen = fragmentation._Seen(snapshot.layout, step)
+    table = seen.use(mix)
+    machines = np.arange(3)
+    cost, gpu = seen._added(working, machines, seen.follow(working), need)
+    rows = rows_of(working, machines)
+    assert np.array_equal(cost, added(rows, need, table)[0])  # the exact cost of the best way
+    if need.gpu_milli and not need.whole_gpus:  # the GPU of the best way in FGD's points
+        assert np.array_equal(gpu, added(rows, need, table, step)[1])

@@ -159,27 +159,26 @@ class _Seen:
 
     def _added(self, usage: MachineUsage, machines: IntArray, ids: IntArray, need: Need) -> tuple[FloatArray, IntArray]:
         """The exact costs of :func:`added` on ``machines`` (in the states ``ids``) and, for a share, the GPU it
-        gives counted in steps: compiled (``frag_kernel``) on machines of a few GPUs; a large machine is worked
-        out alone in numpy (the rows of the others are not widened to its GPUs)."""
+        gives counted in steps: compiled (``frag_kernel``) on machines of a few GPUs; each large machine alone in
+        numpy, from the kept parts of its measure (the rows of the others are not widened to its GPUs)."""
         table, measured, kernel = self.table, self.measured, self.kernel
         assert table is not None and measured is not None and kernel is not None  # set by use, called first
         large = self.layout.gpu_count[machines] > FEW_GPUS_PER_MACHINE
         if not large.any():
             return added_on(usage, machines, kernel, need, self.step_milli)
+        cost, gpu = np.zeros(len(machines)), np.full(len(machines), NO_GPU, dtype=np.int64)
+        small = np.flatnonzero(~large)
+        if len(small):
+            cost[small], gpu[small] = added_on(usage, machines[small], kernel, need, self.step_milli)
         measured.fit(len(self.states))
-        groups = [np.arange(len(machines))] if not large.any() else \
-            [np.flatnonzero(~large), *(np.array([k]) for k in np.flatnonzero(large).tolist())]
-        for pick in groups:
-            if len(pick):
-                measured.prepare(usage, machines[pick], ids[pick])
-        if not need.gpu_milli or need.whole_gpus:
-            grown, fits = measured.added_whole(ids, need.whole_gpus, need.cpu_milli)
-            cost: FloatArray = np.where(fits, grown / table.norm[measured.gpu_type[ids]], np.inf)
-            return cost, np.full(len(ids), NO_GPU, dtype=np.int64)
-        cost, gpu = np.zeros(len(machines)), np.zeros(len(machines), dtype=np.int64)
-        for pick in groups:
-            if len(pick):
-                at = ids[pick]
+        for k in np.flatnonzero(large).tolist():
+            pick = np.array([k])
+            at = ids[pick]
+            measured.prepare(usage, machines[pick], at)
+            if not need.gpu_milli or need.whole_gpus:
+                grown, fits = measured.added_whole(at, need.whole_gpus, need.cpu_milli)
+                cost[k] = grown[0] / table.norm[measured.gpu_type[at[0]]] if fits[0] else np.inf
+            else:
                 rows = rows_of(usage, machines[pick])
                 cost[pick], _, gpu[pick] = added_both(rows, measured.tally(at), measured.before[at], need, table, None,
                                                       self.step_milli)
