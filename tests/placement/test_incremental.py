@@ -83,7 +83,7 @@ def test_the_measure_on_python_numbers_is_the_numpy_measure(snapshot: ClusterSna
     """Machine by machine, instance after instance: the same cost (exactly) and the same GPUs, on Python numbers,
     in numpy and compiled."""
     table = ShapeTable.of(mix, snapshot.layout)
-    kernel = kernel_table([table.for_type(t) for t in range(len(snapshot.layout.gpu_types))])
+    kernel = kernel_table(table)
     working = WorkingState(snapshot)
     for machine in range(len(snapshot.cluster)):
         row = MachineRow(working, machine, table)

@@ -115,7 +115,7 @@ class _Seen:
             table = ShapeTable.of(mix, self.layout)
             self.measured = Measured(table) if self.measured is None else self.measured.retable(table)
             self.mix, self.table, self.entries = mix, table, {}
-            self.kernel = kernel_table([table.for_type(t) for t in range(len(self.layout.gpu_types))])
+            self.kernel = kernel_table(table)
         return self.table
 
     def follow(self, working: WorkingState) -> IntArray:
