@@ -241,12 +241,21 @@ def test_cached_costs_equal_costs_worked_out_afresh() -> None:
             snapshot = apply(snapshot, decision.allocation)
 
 
-def test_the_mix_covers_95_percent_of_instances_and_the_gpu_hungry_rare_shapes() -> None:
+def test_a_learned_mix_counts_every_shape_and_fgds_cut_keeps_the_common_ones() -> None:
     share, cpu, eight = Shape(1000, 500, 1), Shape(1000, 0, 0), Shape(8000, 1000, 8)
-    # 96 shares, 3 CPU pods, 1 eight-GPU pod: shares cover 96% of the instances on their own; by
-    # requested GPUs the eight-GPU pod holds 8000 of 56000 milli-GPUs (14%), so it is kept too
-    shapes, counts = typical(Counter({share: 96, cpu: 3, eight: 1}), 0.95)
-    assert shapes == (share, eight) and counts == (96, 1)
+    counts = Counter({share: 96, cpu: 3, eight: 1})
+    mix = ShapeMix()
+    for k in range(96):
+        mix.observe(pod(f"s{k}", 0.5))
+    for k in range(3):
+        mix.observe(pod(f"c{k}", 0))
+    mix.observe(pod("e", 8, cpu_cores=8.0))
+    current = mix.current()  # the rare eight-GPU pod counts, at its own popularity
+    assert current.shapes == (share, cpu, eight) and current.counts == (96, 3, 1)
+    # FGD's cut: the shares alone cover 96% of the instances
+    assert typical(counts, 0.95) == ((share,), (96,))
+    # a workload of ever new shapes: the most common ones, at most ``most``
+    assert typical(counts, 1.0, most=2) == ((share, cpu), (96, 3))
 
 
 def test_the_mix_counts_each_job_once_and_forgets_beyond_its_window() -> None:
@@ -259,7 +268,7 @@ def test_the_mix_counts_each_job_once_and_forgets_beyond_its_window() -> None:
 
 def test_a_known_mix_is_fgds_cut_of_the_whole_list_and_learns_nothing_after() -> None:
     # SYNTHETIC list: 96 shares, 3 CPU pods, 1 eight-GPU pod; FGD keeps the most common shapes covering 95% of the
-    # pods (the shares alone) and adds no GPU-hungry shape
+    # pods (the shares alone), not the rare ones a learned mix counts
     jobs = [pod(f"s{k}", 0.5) for k in range(96)] + [pod(f"c{k}", 0) for k in range(3)] + [pod("e", 8)]
     mix = ShapeMix.known(jobs)
     before = mix.current()
