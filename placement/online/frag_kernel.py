@@ -1,13 +1,22 @@
 """The fragmentation one instance adds on each of many machines of a few GPUs, compiled (numba): the figures of
-:class:`placement.online.frag_measure.MachineRow`, the same integers and the same choices, at a few microseconds
-per machine rather than tens.
+:func:`placement.online.frag_measure.added_both`, the same integers and the same choices, at a few microseconds
+per machine rather than the tens numpy calls over small arrays take.
 
 A decision needs the cost of its demand on every machine whose state changed since that demand was last asked;
 for a rare demand that is tens of machines, and worked out one by one in Python numbers (or in numpy calls over
 small arrays) those few decisions set the tail of the decision time. Compiled, one call works them all out.
 
-The per-type tables are :class:`placement.online.frag_measure.TypeSums` laid out as arrays (:class:`KernelTable`):
-``fits[t, l, k, c]`` for ``k`` up to ``most[t]`` GPUs and ``c`` up to ``ncpus[t]`` CPU asks.
+The measure on a machine of GPU type ``t`` is regrouped by level (:class:`KernelTable`), so that it reads a few
+numbers per level rather than one per shape. With ``usable[l]`` the free milli-GPUs of the GPUs whose free share is
+at least level ``l``, a shape that fits leaves ``total - usable[l]`` as its fragment and one that does not (or uses
+no GPU) ``total``, so::
+
+    sum over shapes of count x frag  =  total x everyone[t]  -  sum over levels of usable[l] x fits[t, l, k, c]
+
+where ``fits[t, l, k, c]`` sums the counts of the GPU shapes of level ``l`` that accept ``t``, ask for at most ``k``
+GPUs (the machine's number of GPUs with level ``l`` free, at most ``most[t]``) and at most the ``c``-th smallest of
+the CPU asks ``cpus[t]`` (``c`` how many of them the free CPU covers, up to ``ncpus[t]``). The same integers as
+shape by shape.
 """
 
 from __future__ import annotations
@@ -39,9 +48,10 @@ def _compiled(function: F) -> F:
 
 @dataclass(frozen=True)
 class KernelTable:
-    """A shape table's per-type sums (``TypeSums``) as arrays, for :func:`added_on`: one row per GPU type index, all
-    over the same CPU asks (those of every GPU shape, where ``TypeSums`` keeps a type's own) and up to the same most
-    GPUs, which gives the same sums (a type's count of shapes fitting in ``c`` cores is the same over either list)."""
+    """A shape table's per-type sums (the module docstring) as arrays, for :func:`added_on`: one row per GPU type
+    index, all over the same CPU asks (those of every GPU shape, not only of the shapes a type accepts) and up to the
+    same most GPUs, which gives the same sums (a type's count of shapes fitting in ``c`` cores is the same over either
+    list)."""
 
     levels: IntArray
     everyone: IntArray
@@ -54,7 +64,7 @@ class KernelTable:
 
 def kernel_table(table: ShapeTable) -> KernelTable:
     """``table``'s per-type sums as arrays, worked out at once for every type (the mix changes now and then, and a
-    decision that meets a new one waits for this: type by type through ``TypeSums`` it took 0.4 ms)."""
+    decision that meets a new one waits for this: type by type it took 0.4 ms)."""
     types = table.accessible.shape[0]
     gpu_shapes = np.flatnonzero(table.uses_gpu)
     cpus = np.unique(table.cpu[gpu_shapes])
@@ -62,7 +72,7 @@ def kernel_table(table: ShapeTable) -> KernelTable:
     fits = np.zeros((types, len(table.levels), most + 1, len(cpus) + 1), dtype=np.int64)
     t, k = np.nonzero(table.accessible[:, gpu_shapes])
     shape = gpu_shapes[k]
-    # each shape counted where it starts to fit, then summed over more GPUs and more CPU (as ``TypeSums.of``)
+    # each shape counted where it starts to fit, then summed over more GPUs and more CPU
     np.add.at(fits, (t, table.level_of[shape], table.gpus[shape], np.searchsorted(cpus, table.cpu[shape]) + 1),
               table.counts[shape])
     fits = fits.cumsum(axis=2).cumsum(axis=3)
@@ -90,7 +100,7 @@ def added_on(usage: MachineUsage, machines: IntArray, table: KernelTable, need: 
 @_compiled
 def _measure(total: int, count: IntArray, usable: IntArray, cpu: int, t: int, levels: IntArray, everyone: IntArray,
              most: IntArray, cpus: IntArray, ncpus: IntArray, fits: IntArray) -> int:
-    """``MachineRow._measure``: the integer measure of one state of a machine of type ``t``."""
+    """The integer measure of one state of a machine of type ``t`` (the module docstring)."""
     c = 0
     while c < ncpus[t] and cpus[t, c] <= cpu:  # bisect_right over the type's CPU asks
         c += 1

@@ -28,21 +28,19 @@ shares over seeds 42-51 of the default pod list, within 0.01 points).
 
 The same figures, worked out other ways where those are cheaper: :class:`Measured` keeps what the measure
 reads of each machine state and its parts, from which an instance without a share takes a few array
-operations; :class:`MachineRow` works on one machine of a few GPUs in Python numbers.
+operations; ``placement.online.frag_kernel`` works on machines of a few GPUs, compiled.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from placement.filters.gpu_share import proportional_per_gpu
-from placement.model.feasibility import Need, proportional_mib
+from placement.model.feasibility import Need
 from placement.model.layout import MILLI, BoolArray, FloatArray, IntArray, Layout
 from placement.online.shape_mix import Mix
 
@@ -68,15 +66,6 @@ class ShapeTable:
     accessible: BoolArray
     norm: IntArray
     """Per GPU type, the counts of the shapes that accept it summed, at least 1 (:func:`accepting`)."""
-    _by_type: dict[int, TypeSums] = field(default_factory=dict, init=False, compare=False, repr=False)
-
-    def for_type(self, gpu_type: int) -> TypeSums:
-        """What :class:`MachineRow` reads for a machine of ``gpu_type`` (read-only; worked out once per type: a
-        decision makes a row for every machine it places an instance on)."""
-        found = self._by_type.get(gpu_type)
-        if found is None:
-            found = self._by_type[gpu_type] = TypeSums.of(self, gpu_type)
-        return found
 
     @staticmethod
     def of(mix: Mix, layout: Layout) -> ShapeTable:
@@ -90,44 +79,6 @@ class ShapeTable:
                           np.array(mix.counts, dtype=np.int64), max(sum(mix.counts), 1),
                           np.array([s.gpus > 0 for s in mix.shapes], dtype=bool), accessible,
                           np.maximum(accessible.astype(np.int64) @ np.array(mix.counts, dtype=np.int64), 1))
-
-
-@dataclass(frozen=True)
-class TypeSums:
-    """The measure on a machine of one GPU type, regrouped by level so that it reads a few numbers per level
-    rather than one per shape. With ``usable[l]`` the free milli-GPUs of the GPUs whose free share is at least
-    level ``l``, a shape that fits leaves ``total - usable[l]`` as its fragment and one that does not (or uses
-    no GPU) ``total``, so::
-
-        sum over shapes of count x frag  =  total x ``everyone``  -  sum over levels of usable[l] x fits[l][k][c]
-
-    where ``fits[l][k][c]`` sums the counts of the GPU shapes of level ``l`` asking for at most ``k`` GPUs and at
-    most the ``c``-th smallest of ``cpus`` (``k`` is the machine's number of GPUs with level ``l`` free, at most
-    ``most_gpus``; ``c`` how many of ``cpus`` the free CPU covers). The same integers as shape by shape."""
-
-    levels: list[int]
-    norm: int
-    everyone: int
-    """The counts of every shape the type accepts, summed (CPU-only ones too)."""
-    cpus: list[int]
-    """The distinct CPU asks of the GPU shapes the type accepts, ascending."""
-    most_gpus: int
-    fits: list[list[list[int]]]
-
-    @staticmethod
-    def of(table: ShapeTable, gpu_type: int) -> TypeSums:
-        accepted = np.flatnonzero(table.accessible[gpu_type])
-        gpu_shapes = accepted[table.uses_gpu[accepted]]
-        cpus = np.unique(table.cpu[gpu_shapes])
-        most = int(table.gpus[gpu_shapes].max(initial=0))
-        fits = np.zeros((len(table.levels), most + 1, len(cpus) + 1), dtype=np.int64)
-        # each shape counted where it starts to fit, then summed over more GPUs and more CPU
-        np.add.at(fits, (table.level_of[gpu_shapes], table.gpus[gpu_shapes],
-                         np.searchsorted(cpus, table.cpu[gpu_shapes]) + 1), table.counts[gpu_shapes])
-        fits = fits.cumsum(axis=1).cumsum(axis=2)
-        everyone = int(table.counts[accepted].sum())
-        return TypeSums(table.levels.tolist(), table.norm.item(gpu_type), everyone, cpus.tolist(), most,
-                        fits.tolist())
 
 
 class MachineUsage(Protocol):
@@ -315,109 +266,11 @@ def _steps(grown: IntArray, norm: IntArray, step_milli: float) -> FloatArray:
     return score_steps(grown / norm, step_milli)
 
 
-def _step(added: float, step_milli: float) -> float:
-    """:func:`score_steps` of one machine, in Python numbers (the same floating-point operations)."""
-    exponent = min(added / (SCORE_POINTS / 4 * step_milli), 700.0)
-    return -math.floor(SCORE_POINTS / (1.0 + float(np.exp(exponent))) + 1e-9)
-
-
 def _first_per_row(row: IntArray, gpu: IntArray, key: FloatArray | IntArray) -> IntArray:
     """Per row, the way of placing with the least ``key``, then the lowest GPU."""
     order = np.lexsort((gpu, key, row))
     first: IntArray = order[np.r_[True, row[order][1:] != row[order][:-1]]]
     return first
-
-
-class MachineRow:
-    """One machine's state as Python numbers, for :func:`added_both` on it alone, instance after instance
-    (:meth:`take`): on a machine of a few GPUs, a few hundred operations on Python numbers cost less than the
-    numpy calls over one row. The same integers, the same floating-point operations, the same choices."""
-
-    def __init__(self, usage: MachineUsage, machine: int, table: ShapeTable) -> None:
-        layout = usage.layout
-        first = layout.gpu_first.item(machine)
-        span = slice(first, first + layout.gpu_count.item(machine))
-        self.caps: list[int] = layout.gpu_mem_cap[span].tolist()
-        self.free: list[int] = [MILLI - used for used in usage.gpu_milli[span].tolist()]
-        mem_used = usage.gpu_mem[span].tolist()
-        self.mem_free: list[int] = [cap - used for cap, used in zip(self.caps, mem_used, strict=True)]
-        self.cpu_free: int = layout.cpu_cap.item(machine) - usage.cpu.item(machine)
-        self.sums = table.for_type(layout.gpu_type.item(machine))
-        self.norm = self.sums.norm
-
-    def _measure(self, total: int, count: list[int], usable: list[int], cpu_free: int) -> int:
-        sums = self.sums
-        c, most = bisect.bisect_right(sums.cpus, cpu_free), sums.most_gpus
-        frag = total * sums.everyone
-        for fits, k, room in zip(sums.fits, count, usable, strict=True):
-            if room:
-                frag -= room * fits[k if k < most else most][c]
-        return frag
-
-    def _tally(self) -> tuple[int, list[int], list[int]]:
-        """The free milli-GPUs, and per level the GPUs with that share free and their free milli-GPUs."""
-        free = sorted((f for f in self.free if f > 0), reverse=True)
-        levels = self.sums.levels
-        count, usable = [0] * len(levels), [0] * len(levels)
-        k, room = 0, 0
-        for at in range(len(levels) - 1, -1, -1):  # the highest level first: the GPUs reaching it reach the lower
-            level = levels[at]
-            while k < len(free) and free[k] >= level:
-                room += free[k]
-                k += 1
-            count[at], usable[at] = k, room
-        return sum(free), count, usable
-
-    def added_both(self, need: Need, step_milli: float | None,
-                   then_milli: float | None) -> tuple[float, int, int]:
-        """:func:`added_both` for this machine: the cost, its GPU and the GPU counted with ``then_milli``."""
-        total, count, usable = self._tally()
-        before = self._measure(total, count, usable, self.cpu_free)
-        ways: list[tuple[int, int, int, int]] = []  # (GPU, GPUs taken, free share before, after)
-        if need.gpu_milli and not need.whole_gpus:
-            seen: set[int] = set()
-            for k, (f, mem, cap) in enumerate(zip(self.free, self.mem_free, self.caps, strict=True)):
-                per_gpu = need.gpu_mem_mib if need.gpu_mem_mib >= 0 else proportional_mib(need.share_mem, cap)
-                if f >= need.gpu_milli and cap > 0 and mem >= per_gpu and f not in seen:
-                    seen.add(f)
-                    ways.append((k, 1, f, f - need.gpu_milli))
-        elif need.gpu_milli:
-            whole = sum(1 for f, mem, cap in zip(self.free, self.mem_free, self.caps, strict=True)
-                        if f == MILLI and mem == cap and cap > 0)
-            if whole >= need.whole_gpus:
-                ways.append((NO_GPU, need.whole_gpus, MILLI, 0))
-        else:
-            ways.append((NO_GPU, 0, 0, 0))
-        if not ways:
-            return math.inf, NO_GPU, NO_GPU
-        grown: list[int] = []
-        cpu_after = self.cpu_free - need.cpu_milli
-        levels = self.sums.levels
-        for _, taken, was, now in ways:
-            after_count = [c - taken * ((was >= level) - (now >= level)) for c, level in zip(count, levels,
-                                                                                            strict=True)]
-            after_usable = [u - taken * ((was if was >= level else 0) - (now if now >= level else 0))
-                            for u, level in zip(usable, levels, strict=True)]
-            grown.append(self._measure(total - taken * (was - now), after_count, after_usable, cpu_after) - before)
-        norm = self.norm
-        best = self._first(ways, grown, step_milli)
-        then = best if then_milli == step_milli else self._first(ways, grown, then_milli)
-        return grown[best] / norm, ways[best][0], ways[then][0]
-
-    def _first(self, ways: list[tuple[int, int, int, int]], grown: list[int], step_milli: float | None) -> int:
-        """The way with the least addition (in FGD's score, with ``step_milli``), then the lowest GPU."""
-        norm = self.norm
-        keys = [(g if step_milli is None else _step(g / norm, step_milli), way[0])
-                for g, way in zip(grown, ways, strict=True)]
-        return min(range(len(ways)), key=keys.__getitem__)
-
-    def take(self, slots: tuple[int, ...], gpu_milli: int, gpu_mem_mib: int, cpu_milli: int) -> None:
-        """Change the state by an instance holding ``gpu_milli`` and ``gpu_mem_mib`` of each GPU of ``slots``
-        (positions on the machine) and ``cpu_milli``."""
-        for k in slots:
-            self.free[k] -= gpu_milli
-            self.mem_free[k] -= gpu_mem_mib
-        self.cpu_free -= cpu_milli
 
 
 def with_room(array: A, size: int, fill: object) -> A:

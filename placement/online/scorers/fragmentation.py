@@ -44,7 +44,6 @@ from placement.model.snapshot import Allocation, ClusterSnapshot, InstancePlacem
 from placement.online.frag_kernel import KernelTable, added_on, kernel_table
 from placement.online.frag_measure import (
     NO_GPU,
-    MachineRow,
     MachineUsage,
     Measured,
     ShapeTable,
@@ -234,9 +233,9 @@ class Fragmentation:
         if allocation is None or not any(p.gpus and p.gpu_milli < MILLI for p in allocation.instances):
             return decision
         seen = self._seen
-        if seen is None or seen.layout is not snapshot.layout or seen.table is None:
+        if seen is None or seen.layout is not snapshot.layout or seen.table is None or seen.kernel is None:
             return decision
-        usage = _Scratch(snapshot, seen.table)
+        usage = _Scratch(snapshot, seen.table, seen.kernel)
         moved: list[InstancePlacement] = []
         last = len(allocation.instances) - 1
         for k, placement in enumerate(allocation.instances):
@@ -279,53 +278,33 @@ class Fragmentation:
 
 
 class _Scratch:
-    """A snapshot's usage, changed by :meth:`take` (for :meth:`Fragmentation.choose_gpus`): a machine of a few GPUs
-    as Python numbers (``MachineRow``), from the first time it is asked about; a large one in the snapshot's
-    arrays, copied at the first take."""
+    """A snapshot's usage, changed by :meth:`take` (for :meth:`Fragmentation.choose_gpus`): the snapshot's arrays,
+    copied at the first take."""
 
-    def __init__(self, snapshot: ClusterSnapshot, table: ShapeTable) -> None:
+    def __init__(self, snapshot: ClusterSnapshot, table: ShapeTable, kernel: KernelTable) -> None:
         base = usage_of(snapshot)
-        self.snapshot, self.layout, self.table = snapshot, base.layout, table
+        self.snapshot, self.layout, self.table, self.kernel = snapshot, base.layout, table, kernel
         self.gpu_milli, self.gpu_mem, self.cpu, self.mem = base.gpu_milli, base.gpu_mem, base.cpu, base.mem
-        self.rows: dict[int, MachineRow] = {}
         self.touched: set[int] = set()
         self._copied = False
 
-    def _row(self, machine: int) -> MachineRow | None:
-        if self.layout.gpu_count.item(machine) > FEW_GPUS_PER_MACHINE:
-            return None
-        row = self.rows.get(machine)
-        if row is None:
-            row = self.rows[machine] = MachineRow(self, machine, self.table)
-        return row
-
     def free(self, machine: int, slots: list[int]) -> bool:
         """Whether the GPUs ``slots`` of ``machine`` hold no share and no memory."""
-        row = self._row(machine)
-        if row is not None:
-            return all(row.free[k] == MILLI and row.mem_free[k] == row.caps[k] for k in slots)
         first = self.layout.gpu_first.item(machine)
         return all(self.gpu_milli.item(first + k) == 0 and self.gpu_mem.item(first + k) == 0 for k in slots)
 
     def gpu_for(self, machine: int, need: Need, step_milli: float | None) -> int:
         """The GPU (position on ``machine``) a share of ``need`` adds the least on, in steps; ``NO_GPU`` if none."""
-        row = self._row(machine)
-        if row is not None:
-            cost, gpu, _ = row.added_both(need, step_milli, step_milli)
+        at = np.array([machine])
+        if self.layout.gpu_count.item(machine) <= FEW_GPUS_PER_MACHINE:
+            costs, gpus = added_on(self, at, self.kernel, need, step_milli)
         else:
-            costs, gpus = added(rows_of(self, np.array([machine])), need, self.table, step_milli)
-            cost, gpu = float(costs[0]), int(gpus[0])
-        return gpu if math.isfinite(cost) else NO_GPU
+            costs, gpus = added(rows_of(self, at), need, self.table, step_milli)
+        return int(gpus[0]) if math.isfinite(costs[0]) else NO_GPU
 
     def take(self, placement: InstancePlacement) -> None:
         machine = placement.machine
         self.touched.add(machine)
-        row = self._row(machine)
-        if row is not None:
-            first = self.layout.gpu_first.item(machine)
-            row.take(tuple(g - first for g in placement.gpus), placement.gpu_milli, placement.gpu_mem_mib,
-                     placement.cpu_milli)
-            return
         if not self._copied:
             self.gpu_milli, self.gpu_mem = self.gpu_milli.copy(), self.gpu_mem.copy()
             self.cpu, self.mem = self.cpu.copy(), self.mem.copy()
