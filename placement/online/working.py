@@ -265,6 +265,26 @@ class WorkingState:
         return [InstancePlacement(task_index, machine, (span.start + g,), need.gpu_milli, m, need.cpu_milli,
                                   need.mem_mib) for g, m in zip(gpus.tolist(), per_gpu[gpus].tolist(), strict=True)]
 
+    def put(self, placement: InstancePlacement) -> None:
+        """Hold ``placement`` where it says (its GPUs as given, not chosen here), as :meth:`take` would have."""
+        self._own()
+        machine, layout = placement.machine, self.layout
+        milli = self.machine_milli.item(machine)
+        for g in placement.gpus:
+            if self.gpu_milli.item(g) == 0 and self.gpu_mem.item(g) == 0:
+                self.free_whole[machine] -= 1
+            self.gpu_milli[g] += placement.gpu_milli
+            self.gpu_mem[g] += placement.gpu_mem_mib
+            milli += placement.gpu_milli
+        self.machine_milli[machine] = milli
+        cpu = self.cpu.item(machine) + placement.cpu_milli
+        self.cpu[machine] = cpu
+        self.mem[machine] += placement.mem_mib
+        gpus = layout.gpu_count.item(machine)
+        self._share[machine] = milli / (gpus * MILLI) if gpus else cpu / max(layout.cpu_cap.item(machine), 1)
+        self._touched.append(machine)
+        self._changes += 1
+
     def room_on(self, machine: int, need: Need) -> int:
         """How many more instances of ``need`` fit on ``machine`` alone (by every filter)."""
         return chain_for(need).room_at(self, machine)

@@ -98,6 +98,24 @@ def test_the_compiled_measure_is_the_numpy_measure(snapshot: ClusterSnapshot, mi
 
 
 @SLOW
+@given(snapshot=occupied(), need=needs(), picks=st.lists(st.integers(0, 10_000), min_size=1, max_size=4))
+def test_a_placement_put_where_it_says_is_the_take_that_made_it(snapshot: ClusterSnapshot, need: Need,
+                                                                 picks: list[int]) -> None:
+    """Every usage array a working state keeps is the same after :meth:`WorkingState.put` of the placements that
+    :meth:`WorkingState.take` chose as after the takes themselves."""
+    taken, put = WorkingState(snapshot), WorkingState(snapshot)
+    for pick in picks:
+        fits = np.flatnonzero(taken.candidates(need).ok)
+        if not len(fits):
+            break
+        put.put(taken.take(int(fits[pick % len(fits)]), 0, need))
+        for name in ("gpu_milli", "gpu_mem", "cpu", "mem", "machine_milli", "free_whole"):
+            assert np.array_equal(getattr(put, name), getattr(taken, name)), name
+        assert np.array_equal(put.gpu_allocated_share(), taken.gpu_allocated_share())
+        assert put.touched() == taken.touched()
+
+
+@SLOW
 @given(snapshot=occupied(), mixes_=st.lists(mixes(), min_size=1, max_size=3), need=needs())
 def test_the_kept_parts_of_the_measure_give_the_measure(snapshot: ClusterSnapshot, mixes_: list[Mix],
                                                         need: Need) -> None:

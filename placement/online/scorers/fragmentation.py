@@ -34,7 +34,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from placement.filters.base import usage_of
 from placement.filters.gpu_share import FEW_GPUS_PER_MACHINE
 from placement.model.decision import Decision
 from placement.model.demand import Job
@@ -156,6 +155,17 @@ class _Seen:
             entry.cost[todo], entry.steps[todo], entry.gpu[todo], entry.known[todo] = cost, steps, gpu, True
         return entry
 
+    def share_gpu(self, usage: MachineUsage, machine: int, need: Need) -> int:
+        """The GPU (position on ``machine``) a share of ``need`` adds the least on in ``usage``, in steps; ``NO_GPU``
+        if none: compiled on a machine of a few GPUs, in numpy on a large one."""
+        assert self.table is not None and self.kernel is not None  # set by use, called first
+        at = np.array([machine])
+        if self.layout.gpu_count.item(machine) <= FEW_GPUS_PER_MACHINE:
+            costs, gpus = added_on(usage, at, self.kernel, need, self.step_milli)
+        else:
+            costs, gpus = added(rows_of(usage, at), need, self.table, self.step_milli)
+        return int(gpus[0]) if math.isfinite(costs[0]) else NO_GPU
+
     def _added(self, usage: MachineUsage, machines: IntArray, ids: IntArray, need: Need) -> tuple[FloatArray, IntArray]:
         """The exact costs of :func:`added` on ``machines`` (in the states ``ids``) and, for a share, the GPU it
         gives counted in steps: compiled (``frag_kernel``) on machines of a few GPUs; each large machine alone in
@@ -233,9 +243,9 @@ class Fragmentation:
         if allocation is None or not any(p.gpus and p.gpu_milli < MILLI for p in allocation.instances):
             return decision
         seen = self._seen
-        if seen is None or seen.layout is not snapshot.layout or seen.table is None or seen.kernel is None:
+        if seen is None or seen.layout is not snapshot.layout or seen.kernel is None:
             return decision
-        usage = _Scratch(snapshot, seen.table, seen.kernel)
+        usage = WorkingState(snapshot)
         moved: list[InstancePlacement] = []
         last = len(allocation.instances) - 1
         for k, placement in enumerate(allocation.instances):
@@ -243,7 +253,7 @@ class Fragmentation:
             if chosen is None:
                 return decision
             if k < last:
-                usage.take(chosen)
+                usage.put(chosen)
             moved.append(chosen)
         better = Allocation(allocation.job_id, tuple(moved))
         if better == allocation or violations(snapshot, job, better):
@@ -251,7 +261,8 @@ class Fragmentation:
         return replace(decision, allocation=better)
 
     @staticmethod
-    def _gpu_for(usage: _Scratch, need: Need, placement: InstancePlacement, seen: _Seen) -> InstancePlacement | None:
+    def _gpu_for(usage: WorkingState, need: Need, placement: InstancePlacement,
+                 seen: _Seen) -> InstancePlacement | None:
         """``placement`` on the GPU of its machine that adds the least, in FGD's score points (the
         lowest-indexed among those with the best score; shares only: whole GPUs and CPU stay where they are if still
         free); ``None`` where it no longer fits. On a machine still as the snapshot has it, the GPU worked out
@@ -259,58 +270,19 @@ class Fragmentation:
         machine = placement.machine
         first = usage.layout.gpu_first.item(machine)
         if not (placement.gpus and placement.gpu_milli < MILLI):
-            return placement if not placement.gpus or usage.free(machine, [g - first for g in placement.gpus]) \
-                else None
+            return placement if not placement.gpus or all(
+                usage.gpu_milli.item(g) == 0 and usage.gpu_mem.item(g) == 0 for g in placement.gpus) else None
         states = seen.states
-        entry = seen.entries.get(cost_key(need)) if states.base is usage.snapshot and machine not in usage.touched \
+        entry = seen.entries.get(cost_key(need)) if states.base is usage.snapshot and machine not in usage.touched() \
             else None
         at = states.base_state.item(machine)
         if entry is not None and at < len(entry.known) and entry.known[at]:
             gpu = entry.gpu.item(at) if np.isfinite(entry.cost[at]) else NO_GPU
         else:
-            gpu = usage.gpu_for(machine, need, seen.step_milli)
+            gpu = seen.share_gpu(usage, machine, need)
         if gpu == NO_GPU:
             return None
         chosen = first + gpu
         return InstancePlacement(placement.task, machine, (chosen,), placement.gpu_milli,
                                  need.gpu_mem_on(usage.layout.gpu_mem_cap.item(chosen)), placement.cpu_milli,
                                  placement.mem_mib)
-
-
-class _Scratch:
-    """A snapshot's usage, changed by :meth:`take` (for :meth:`Fragmentation.choose_gpus`): the snapshot's arrays,
-    copied at the first take."""
-
-    def __init__(self, snapshot: ClusterSnapshot, table: ShapeTable, kernel: KernelTable) -> None:
-        base = usage_of(snapshot)
-        self.snapshot, self.layout, self.table, self.kernel = snapshot, base.layout, table, kernel
-        self.gpu_milli, self.gpu_mem, self.cpu, self.mem = base.gpu_milli, base.gpu_mem, base.cpu, base.mem
-        self.touched: set[int] = set()
-        self._copied = False
-
-    def free(self, machine: int, slots: list[int]) -> bool:
-        """Whether the GPUs ``slots`` of ``machine`` hold no share and no memory."""
-        first = self.layout.gpu_first.item(machine)
-        return all(self.gpu_milli.item(first + k) == 0 and self.gpu_mem.item(first + k) == 0 for k in slots)
-
-    def gpu_for(self, machine: int, need: Need, step_milli: float | None) -> int:
-        """The GPU (position on ``machine``) a share of ``need`` adds the least on, in steps; ``NO_GPU`` if none."""
-        at = np.array([machine])
-        if self.layout.gpu_count.item(machine) <= FEW_GPUS_PER_MACHINE:
-            costs, gpus = added_on(self, at, self.kernel, need, step_milli)
-        else:
-            costs, gpus = added(rows_of(self, at), need, self.table, step_milli)
-        return int(gpus[0]) if math.isfinite(costs[0]) else NO_GPU
-
-    def take(self, placement: InstancePlacement) -> None:
-        machine = placement.machine
-        self.touched.add(machine)
-        if not self._copied:
-            self.gpu_milli, self.gpu_mem = self.gpu_milli.copy(), self.gpu_mem.copy()
-            self.cpu, self.mem = self.cpu.copy(), self.mem.copy()
-            self._copied = True
-        for g in placement.gpus:
-            self.gpu_milli[g] += placement.gpu_milli
-            self.gpu_mem[g] += placement.gpu_mem_mib
-        self.cpu[machine] += placement.cpu_milli
-        self.mem[machine] += placement.mem_mib
