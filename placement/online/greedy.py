@@ -125,15 +125,16 @@ def place_greedy(snapshot: ClusterSnapshot, job: Job, policy: str, choose: Choos
     only need the allocation, like the simulator).
     """
     started = time.perf_counter()
+    first = _first_instance_fails(snapshot, job) if explain else None
+    if first is not None:
+        return _failure(snapshot, job, policy, config, fills, first, started)
     placed, failed, network_cost = _build(snapshot, job, choose, config, fills)
     if failed is not None and not explain:
         return Decision(job.job_id, policy, Verdict.UNSCHEDULABLE_NOW, snapshot.generation)
     if failed is not None:
         task_index, candidates = failed
-        verdict = _wait_or_never(snapshot, job, config, fills)
-        reasons = failure_reasons(snapshot, job, task_index, candidates, len(placed))
-        return Decision(job.job_id, policy, verdict, snapshot.generation, reasons=reasons,
-                        score=MappingProxyType({"latency_ms": (time.perf_counter() - started) * 1e3}))
+        return _failure(snapshot, job, policy, config, fills,
+                        failure_reasons(snapshot, job, task_index, candidates, len(placed)), started)
     allocation = Allocation(job.job_id, tuple(placed))
     problems = violations(snapshot, job, allocation)
     if problems:  # a bug in a policy, never a property of the input
@@ -178,6 +179,32 @@ def _build(snapshot: ClusterSnapshot, job: Job, choose: Chooser, config: Placeme
             near = network.changed_since(mark) if remaining else None
             reached = None if near is None else np.concatenate([working.touched()[taken:], near])
     return placed, None, network.total
+
+
+def _failure(snapshot: ClusterSnapshot, job: Job, policy: str, config: PlacementConfig, fills: Fills,
+             reasons: tuple[str, ...], started: float) -> Decision:
+    return Decision(job.job_id, policy, _wait_or_never(snapshot, job, config, fills), snapshot.generation,
+                    reasons=reasons, score=MappingProxyType({"latency_ms": (time.perf_counter() - started) * 1e3}))
+
+
+def _first_instance_fails(snapshot: ClusterSnapshot, job: Job) -> tuple[str, ...] | None:
+    """Why the job's first instance fails, where no machine can host it on ``snapshot``; else ``None``.
+
+    Kept with the snapshot per demand: the policy then fails before any machine is scored, so the answer is the
+    same for every greedy policy and every job whose first instance asks the same, and a scheduling cycle asks
+    it of hundreds of waiting jobs on one snapshot (``KEPT`` values per snapshot leave room for a few hundred
+    demands' answers and candidates)."""
+    task_index = task_order(job)[0]
+    need = need_of(job.tasks[task_index])
+
+    def work_out() -> tuple[bool, tuple[str, ...]]:
+        candidates = WorkingState(snapshot).candidates(need)
+        if candidates.ok.any():
+            return False, ()
+        return True, failure_reasons(snapshot, job, task_index, candidates, 0)
+
+    fails, reasons = snapshot.remember(("first instance fails", need), work_out)
+    return reasons if fails else None
 
 
 def _first_machine(step: Step) -> FloatArray:

@@ -70,7 +70,7 @@ def test_shortcuts_decide_as_deciding_every_job_from_scratch(data: st.DataObject
     cluster = data.draw(clusters())
     queues = data.draw(queue_sets(cluster))
     policy = data.draw(st.sampled_from([FIRST_FIT, online_policy("first-fit", explain=False),
-                                        online_policy("pack", explain=False)]))
+                                        online_policy("pack", explain=False), online_policy("pack")]))
     chosen = SchedulingSettings(preemption=data.draw(st.booleans()), reserve_heads=data.draw(st.booleans()),
                                 prescheduling_horizon_s=data.draw(st.sampled_from([0.0, 50.0, 500.0])),
                                 opportunistic_after_s=data.draw(st.sampled_from([math.inf, 30.0])),
