@@ -18,7 +18,11 @@ submissions a second ``schedule`` takes so (the submissions over the cycles' wal
 dropped before the cycles are timed (they are the benchmark's, not the scheduler's, and would only lengthen the
 collector's sweeps).
 
-    python tests/benchmarks/bench_scheduling.py [--fast] [--pending N] [--cycles N] [--submissions N] [--out FILE]
+Policy: ``liquid`` without explanations, as the replay runs it; with ``--explain``, with them, as the service runs it
+(a job that waits is told the filters' reasons).
+
+    python tests/benchmarks/bench_scheduling.py [--fast] [--explain] [--pending N] [--cycles N] [--submissions N]
+        [--out FILE]
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ def pending_of(row: dict[str, str], submit_s: float) -> PendingJob:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="1,000 waiting, 30 cycles (CI)")
+    parser.add_argument("--explain", action="store_true", help="the policy explains failures, as the service's does")
     parser.add_argument("--pending", type=int, default=10_000)
     parser.add_argument("--cycles", type=int, default=200)
     parser.add_argument("--submissions", type=int, default=50)
@@ -84,7 +89,7 @@ def main() -> None:
                                                                             args.submissions)
     cluster = load_cluster("pai")
     queues = queues_from_dict(queue_config(cluster.total_gpus), cluster)
-    policy, settings = online_policy("liquid", explain=False), SchedulingSettings()
+    policy, settings = online_policy("liquid", explain=args.explain), SchedulingSettings()
     with open(JOBS_CSV, encoding="utf-8", newline="") as handle:
         rows = list(csv.DictReader(handle))
 
@@ -147,7 +152,7 @@ def main() -> None:
             job = pending.pop(start.job_id)
             running[job.job_id] = RunningJob(job.job, job.queue, now, start.mode, job.estimate)
 
-    figures = {"pending": pending_count, "cycles": cycles,
+    figures = {"pending": pending_count, "cycles": cycles, "explain": args.explain,
                "cycle_cpu_p50_ms": float(np.percentile(cpu_ms, 50)),
                "cycle_cpu_p99_ms": float(np.percentile(cpu_ms, 99)),
                "cycle_wall_p50_ms": float(np.percentile(wall_ms, 50)),
@@ -160,7 +165,8 @@ def main() -> None:
                     "submit_cycle_wall_p50_ms": float(np.percentile(submit_wall_ms, 50)),
                     "submit_cycle_wall_p99_ms": float(np.percentile(submit_wall_ms, 99)),
                     "submissions_per_s": len(submit_wall_ms) / (sum(submit_wall_ms) / 1e3)}
-    print(f"scheduling cycle, {pending_count:,} waiting, {cycles} cycles (one running job ends before each): "
+    print(f"scheduling cycle, {pending_count:,} waiting, {cycles} cycles (one running job ends before each), policy "
+          f"{'explaining' if args.explain else 'without explanations'}: "
           f"CPU p50 {figures['cycle_cpu_p50_ms']:.1f} ms p99 {figures['cycle_cpu_p99_ms']:.1f} ms; wall p50 "
           f"{figures['cycle_wall_p50_ms']:.1f} ms p99 {figures['cycle_wall_p99_ms']:.1f} ms; "
           f"{figures['starts_per_cycle_mean']:.2f} jobs started per cycle; target p99 < 50 ms")
