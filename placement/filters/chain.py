@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from placement.filters import FILTERS
 from placement.filters.base import UNBOUNDED, Filter, Usage
@@ -79,6 +80,14 @@ class Chain:
             if reason is not None:
                 return reason
         return None
+
+    def room(self, usage: Usage, passing: BoolArray) -> npt.NDArray[np.int32]:
+        """Per machine: at most how many more instances it takes together by the filters (``room_bound``; up to
+        ``UNBOUNDED``), 0 where it does not pass (``passing``, as :meth:`passing` gives it on ``usage``)."""
+        bound = room_bound(usage, self.need, (f.name for _, f in self.coded))
+        room = np.zeros(len(passing), dtype=np.int32)  # UNBOUNDED fits: half the memory
+        room[passing] = UNBOUNDED if bound is None else np.minimum(bound, UNBOUNDED)[passing]
+        return room
 
     def room_at(self, usage: Usage, machine: int) -> int:
         """How many more instances ``machine`` takes by every filter (up to ``UNBOUNDED``)."""

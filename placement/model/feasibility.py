@@ -58,6 +58,25 @@ def need_of(task: Task) -> Need:
                 task.gpu_types if task.gpu > 0 else frozenset())
 
 
+_needs: dict[tuple[Task, ...], tuple[tuple[Need, int], ...]] = {}
+_MOST_NEEDS = 1024
+"""Tuples of tasks whose demands :func:`needs_of` keeps (the table is emptied when full)."""
+
+
+def needs_of(job: Job) -> tuple[tuple[Need, int], ...]:
+    """Each demand of the job's instances, with how many instances have it (remembered per tuple of tasks)."""
+    found = _needs.get(job.tasks)
+    if found is None:
+        if len(_needs) >= _MOST_NEEDS:
+            _needs.clear()
+        counts: dict[Need, int] = {}
+        for task in job.tasks:
+            need = need_of(task)
+            counts[need] = counts.get(need, 0) + task.instances
+        found = _needs[job.tasks] = tuple(counts.items())
+    return found
+
+
 def violations(snapshot: ClusterSnapshot, job: Job, allocation: Allocation) -> list[str]:
     """Every way ``allocation`` breaks the rules on ``snapshot``; empty means feasible."""
     problems = _gang(job, allocation)

@@ -14,14 +14,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from types import MappingProxyType
 
 import numpy as np
 import numpy.typing as npt
 
+from placement.filters.base import SnapshotUsage
+from placement.filters.chain import chain_for
 from placement.model.decision import Decision, Verdict
 from placement.model.demand import Job, Role
-from placement.model.feasibility import Need, need_of, violations
+from placement.model.feasibility import Need, need_of, needs_of, violations
 from placement.model.network import NetworkTally, placement_cost
 from placement.model.snapshot import (
     MILLI,
@@ -125,10 +128,13 @@ def place_greedy(snapshot: ClusterSnapshot, job: Job, policy: str, choose: Choos
     only need the allocation, like the simulator).
     """
     started = time.perf_counter()
-    first = _first_instance_fails(snapshot, job) if explain else None
-    if first is not None:
-        return _failure(snapshot, job, policy, config, fills, first, started)
-    placed, failed, network_cost = _build(snapshot, job, choose, config, fills)
+    working = WorkingState(snapshot)
+    short = _short_of_room(working, job, explain)
+    if short is not None:
+        if not explain:
+            return Decision(job.job_id, policy, Verdict.UNSCHEDULABLE_NOW, snapshot.generation)
+        return _failure(snapshot, job, policy, config, fills, short, started)
+    placed, failed, network_cost = _build(working, job, choose, config, fills)
     if failed is not None and not explain:
         return Decision(job.job_id, policy, Verdict.UNSCHEDULABLE_NOW, snapshot.generation)
     if failed is not None:
@@ -144,15 +150,15 @@ def place_greedy(snapshot: ClusterSnapshot, job: Job, policy: str, choose: Choos
     return Decision(job.job_id, policy, Verdict.PLACED, snapshot.generation, allocation, MappingProxyType(score))
 
 
-def _build(snapshot: ClusterSnapshot, job: Job, choose: Chooser, config: PlacementConfig,
+def _build(working: WorkingState, job: Job, choose: Chooser, config: PlacementConfig,
            fills: Fills) -> tuple[list[InstancePlacement], tuple[int, Candidates] | None, float]:
-    """Place instances in :func:`instance_order`; also returns the network cost of what was placed.
+    """Place instances in :func:`instance_order` on ``working`` (fresh from a snapshot); also returns the
+    network cost of what was placed.
 
     Where ``fills`` says so, the chosen machine takes as many further instances of the same task as it
     can hold before the machines are scored again: for packing scorers the machine just chosen stays
     the best, so this is the same greedy, faster."""
-    working = WorkingState(snapshot)
-    network = NetworkTally(job, snapshot.layout, config.distance_cost)
+    network = NetworkTally(job, working.layout, config.distance_cost)
     placed: list[InstancePlacement] = []
     order = task_order(job)
     for task_index in order:
@@ -187,24 +193,47 @@ def _failure(snapshot: ClusterSnapshot, job: Job, policy: str, config: Placement
                     reasons=reasons, score=MappingProxyType({"latency_ms": (time.perf_counter() - started) * 1e3}))
 
 
-def _first_instance_fails(snapshot: ClusterSnapshot, job: Job) -> tuple[str, ...] | None:
-    """Why the job's first instance fails, where no machine can host it on ``snapshot``; else ``None``.
+def _short_of_room(working: WorkingState, job: Job, explain: bool) -> tuple[str, ...] | None:
+    """Why no placement of the job exists, where the filters alone say so: for some demand of its instances the
+    machines' room (``Chain.room``, an upper bound) is short of how many instances ask for it; else ``None``.
+    With ``explain=False`` the reasons are left empty.
 
-    Kept with the snapshot per demand: the policy then fails before any machine is scored, so the answer is the
-    same for every greedy policy and every job whose first instance asks the same, and a scheduling cycle asks
-    it of hundreds of waiting jobs on one snapshot (``KEPT`` values per snapshot leave room for a few hundred
-    demands' answers and candidates)."""
-    task_index = task_order(job)[0]
-    need = need_of(job.tasks[task_index])
+    Then every greedy policy fails, whatever it scores, so it fails here before any machine is scored (the
+    scorers never meet the job: a learning scorer does not learn from it). Kept with the snapshot per demand and
+    count (``ClusterSnapshot.remember``): a scheduling cycle asks this of hundreds of waiting jobs on one snapshot,
+    and a gang placed instance by instance until the room ran out cost a policy's whole placement each time."""
+    snapshot = working.snapshot
+    counts = dict(needs_of(job))
+    for task_index in task_order(job):
+        need = need_of(job.tasks[task_index])
+        count = counts.pop(need, 0)
+        if not count:
+            continue  # asked with an earlier task of the same demand
+        room = snapshot.remember(("room", need), partial(_room_total, working, need))
+        if room >= count:
+            continue
+        if not explain:
+            return ()
+        return snapshot.remember(("short of room", need, count),
+                                 partial(_short_reasons, working, job, task_index, need, count, room))
+    return None
 
-    def work_out() -> tuple[bool, tuple[str, ...]]:
-        candidates = WorkingState(snapshot).candidates(need)
-        if candidates.ok.any():
-            return False, ()
-        return True, failure_reasons(snapshot, job, task_index, candidates, 0)
 
-    fails, reasons = snapshot.remember(("first instance fails", need), work_out)
-    return reasons if fails else None
+def _room_total(working: WorkingState, need: Need) -> int:
+    """How many instances of ``need`` the machines take together at most (0 where none passes)."""
+    candidates = working.candidates(need)
+    if not candidates.ok.any():
+        return 0
+    return int(chain_for(need).room(SnapshotUsage(working.snapshot), candidates.ok).sum())
+
+
+def _short_reasons(working: WorkingState, job: Job, task_index: int, need: Need, count: int,
+                   room: int) -> tuple[str, ...]:
+    if not room:
+        return failure_reasons(working.snapshot, job, task_index, working.candidates(need), 0)
+    machines = int(np.count_nonzero(working.candidates(need).ok))
+    return (f"gang: room for at most {room} of its {count} {job.tasks[task_index].role} instances, on the {machines} "
+            f"machine{'s' if machines != 1 else ''} that can host one; none placed",)
 
 
 def _first_machine(step: Step) -> FloatArray:
@@ -224,8 +253,8 @@ def _wait_or_never(snapshot: ClusterSnapshot, job: Job, config: PlacementConfig,
     empty = empty_snapshot(snapshot.cluster)
 
     def fits_empty() -> bool:
-        return (_build(empty, job, _first_machine, config, _fill)[1] is None
-                or _build(empty, job, _first_machine, config, fills)[1] is None)
+        return (_build(WorkingState(empty), job, _first_machine, config, _fill)[1] is None
+                or _build(WorkingState(empty), job, _first_machine, config, fills)[1] is None)
 
     fits = empty.layout.derived.fits_empty.get(job.tasks, fits_empty)
     return Verdict.UNSCHEDULABLE_NOW if fits else Verdict.CAN_NEVER_FIT

@@ -32,13 +32,12 @@ from placement.filters.base import usage_of
 from placement.filters.chain import chain_for
 from placement.model.decision import Decision
 from placement.model.demand import Job
-from placement.model.feasibility import MANY_GPUS
+from placement.model.feasibility import MANY_GPUS, needs_of
 from placement.model.snapshot import MILLI, Allocation, ClusterSnapshot, release
 from placement.scheduling.future import Future
 from placement.scheduling.jobs import PendingJob
 from placement.scheduling.memo import machines_of
 from placement.scheduling.plan import Reservation, ReservationKind
-from placement.scheduling.screen import needs_of
 from placement.scheduling.state import CycleState, Held
 
 WORKING, FENCED, RESERVING = "working", "fenced", "reserving"

@@ -19,10 +19,9 @@ from placement.filters.base import UNBOUNDED, SnapshotUsage
 from placement.filters.chain import Chain, chain_for, room_bound
 from placement.filters.gpu_type import type_mask_of
 from placement.model.demand import Job
-from placement.model.feasibility import Need
+from placement.model.feasibility import Need, needs_of
 from placement.model.layout import IntArray, Layout, frozen
 from placement.model.snapshot import MILLI, Allocation, ClusterSnapshot
-from placement.scheduling.screen import needs_of
 
 T = TypeVar("T")
 

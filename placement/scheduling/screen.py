@@ -29,11 +29,11 @@ from types import MappingProxyType
 import numpy as np
 import numpy.typing as npt
 
-from placement.filters.base import UNBOUNDED, SnapshotUsage
-from placement.filters.chain import chain_for, room_bound
+from placement.filters.base import SnapshotUsage
+from placement.filters.chain import chain_for
 from placement.model.decision import Decision, Verdict
-from placement.model.demand import Job, Task
-from placement.model.feasibility import Need, need_of
+from placement.model.demand import Job
+from placement.model.feasibility import Need, needs_of
 from placement.model.layout import BoolArray, IntArray, Layout
 from placement.model.snapshot import ClusterSnapshot
 from placement.online.policies import OnlinePolicy
@@ -135,9 +135,7 @@ class RoomIndex:
             passing = chain.passing(usage)
             entry = self._entries[need] = _Entry(passing, self.tick, int(np.count_nonzero(passing)))
         if counted and entry.room is None:
-            bound = room_bound(usage, need, (f.name for _, f in chain.coded))
-            room = np.zeros(len(entry.passing), dtype=np.int32)  # UNBOUNDED fits: half the memory
-            room[entry.passing] = UNBOUNDED if bound is None else np.minimum(bound, UNBOUNDED)[entry.passing]
+            room = chain.room(usage, entry.passing)
             entry.room, entry.total = room, int(room.sum())
         return entry
 
@@ -157,23 +155,6 @@ class RoomIndex:
         cannot)."""
         entry = self._entry(snapshot, need, instances > 1)
         return entry.count > 0 if instances <= 1 else entry.total >= instances
-
-
-_needs: dict[tuple[Task, ...], tuple[tuple[Need, int], ...]] = {}
-
-
-def needs_of(job: Job) -> tuple[tuple[Need, int], ...]:
-    """Each demand of the job's instances, with how many instances have it (remembered per tuple of tasks)."""
-    found = _needs.get(job.tasks)
-    if found is None:
-        if len(_needs) >= MOST_DEMANDS:
-            _needs.clear()
-        counts: dict[Need, int] = {}
-        for task in job.tasks:
-            need = need_of(task)
-            counts[need] = counts.get(need, 0) + task.instances
-        found = _needs[job.tasks] = tuple(counts.items())
-    return found
 
 
 _kept: list[tuple[Layout, dict[Hashable, RoomIndex]]] = []

@@ -122,7 +122,8 @@ def main() -> None:
         now += 10.0
         t_cpu, t_wall = time.thread_time(), time.perf_counter()
         plan = schedule(snapshot, list(pending.values()), list(running.values()), queues, now, policy, settings)
-        print(f"cycle {len(cpu_ms) + 1}: {(time.perf_counter() - t_wall) * 1e3:,.0f} ms", file=sys.stderr, flush=True)
+        print(f"cycle {len(cpu_ms) + 1}: {(time.perf_counter() - t_wall) * 1e3:,.0f} ms, {len(plan.starts)} started, "
+              f"{len(plan.preemptions)} preempted, {len(plan.reservations)} reserved", file=sys.stderr, flush=True)
         cpu_ms.append((time.thread_time() - t_cpu) * 1e3)
         wall_ms.append((time.perf_counter() - t_wall) * 1e3)
         snapshot = apply_plan(snapshot, plan)

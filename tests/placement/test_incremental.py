@@ -300,7 +300,7 @@ def test_a_policy_rescored_on_the_machines_that_changed_is_the_policy_worked_out
     fills = FILLS.get(policy, never_fills)
     with patch.object(base, "RESCORE_SHARE", 0):
         for job in [*named, *made]:
-            placed, failed, _ = _build(snapshot, job, check, PlacementConfig(), fills)
+            placed, failed, _ = _build(WorkingState(snapshot), job, check, PlacementConfig(), fills)
             if failed is None:
                 snapshot = apply(snapshot, Allocation(job.job_id, tuple(placed)))
 
@@ -321,7 +321,7 @@ def test_a_gang_on_machines_of_a_rack_it_uses_is_rescored_on_them_alone() -> Non
 
     job = Job("gang", (Task(Role.WORKER, 6, gpu=1.0, cpu_cores=1.0, bandwidth_gbps=10.0),))
     with patch.object(WeightedSum, "_rescored", counting):
-        placed, failed, _ = _build(snapshot, job, _Afresh(chooser), PlacementConfig(), FILLS["liquid"])
+        placed, failed, _ = _build(WorkingState(snapshot), job, _Afresh(chooser), PlacementConfig(), FILLS["liquid"])
     assert failed is None and len(placed) == 6 and rescored and max(rescored) < 4
 
 
