@@ -23,7 +23,7 @@ import numpy.typing as npt
 from placement.filters.base import SnapshotUsage
 from placement.filters.chain import chain_for
 from placement.model.decision import Decision, Verdict
-from placement.model.demand import Job, Role
+from placement.model.demand import Job, Role, Task
 from placement.model.feasibility import Need, need_of, needs_of, violations
 from placement.model.network import NetworkTally, placement_cost
 from placement.model.snapshot import (
@@ -203,15 +203,15 @@ def _short_of_room(working: WorkingState, job: Job, explain: bool) -> tuple[str,
     count (``ClusterSnapshot.remember``): a scheduling cycle asks this of hundreds of waiting jobs on one snapshot,
     and a gang placed instance by instance until the room ran out cost a policy's whole placement each time."""
     snapshot = working.snapshot
-    counts = dict(needs_of(job))
-    for task_index in task_order(job):
-        need = need_of(job.tasks[task_index])
-        count = counts.pop(need, 0)
-        if not count:
-            continue  # asked with an earlier task of the same demand
-        room = snapshot.remember(("room", need), partial(_room_total, working, need))
-        if room >= count:
+    for task_index, need, count in _demands_in_order(job):
+        if not working.candidates(need).ok.any():
+            room = 0
+        elif count == 1:
             continue
+        else:
+            room = snapshot.remember(("room", need), partial(_room_total, working, need))
+            if room >= count:
+                continue
         if not explain:
             return ()
         return snapshot.remember(("short of room", need, count),
@@ -219,12 +219,31 @@ def _short_of_room(working: WorkingState, job: Job, explain: bool) -> tuple[str,
     return None
 
 
+_in_order: dict[tuple[Task, ...], tuple[tuple[int, Need, int], ...]] = {}
+_MOST_IN_ORDER = 1024
+
+
+def _demands_in_order(job: Job) -> tuple[tuple[int, Need, int], ...]:
+    """Each demand of the job once, in :func:`task_order` of the first task asking for it: that task's index,
+    the demand and how many of the job's instances ask for it (remembered per tuple of tasks)."""
+    found = _in_order.get(job.tasks)
+    if found is None:
+        if len(_in_order) >= _MOST_IN_ORDER:
+            _in_order.clear()
+        counts = dict(needs_of(job))
+        listed = []
+        for task_index in task_order(job):
+            need = need_of(job.tasks[task_index])
+            count = counts.pop(need, 0)
+            if count:  # else asked with an earlier task of the same demand
+                listed.append((task_index, need, count))
+        found = _in_order[job.tasks] = tuple(listed)
+    return found
+
+
 def _room_total(working: WorkingState, need: Need) -> int:
-    """How many instances of ``need`` the machines take together at most (0 where none passes)."""
-    candidates = working.candidates(need)
-    if not candidates.ok.any():
-        return 0
-    return int(chain_for(need).room(SnapshotUsage(working.snapshot), candidates.ok).sum())
+    """How many instances of ``need`` the machines take together at most."""
+    return int(chain_for(need).room(SnapshotUsage(working.snapshot), working.candidates(need).ok).sum())
 
 
 def _short_reasons(working: WorkingState, job: Job, task_index: int, need: Need, count: int,
