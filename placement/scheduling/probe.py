@@ -49,7 +49,9 @@ class _Probe:
     as the generation (reservations are only added meanwhile)."""
 
     def __init__(self, state: CycleState, candidates: Sequence[RunningJob]) -> None:
-        self.state = state
+        # the reservations' list, not the state: the state keeps the probe, and a probe keeping the state would
+        # leave the whole cycle's state to the cyclic collector, whose full passes stall a later cycle
+        self.held = state.held
         self.gone = [state.working.allocations[v.job_id] for v in candidates]
         self.snapshot = without(state.working, self.gone, state.probes)
         self._fenced: dict[int, ClusterSnapshot] = {}
@@ -57,7 +59,7 @@ class _Probe:
         self._tightest: dict[tuple[int, ...], ClusterSnapshot] = {}
 
     def fenced(self) -> ClusterSnapshot:
-        held = self.state.held
+        held = self.held
         found = self._fenced.get(len(held))
         if found is None:
             found = self._fenced[len(held)] = fenced(self.snapshot, (h.reservation.allocation for h in held))
@@ -66,7 +68,7 @@ class _Probe:
     def future(self, i: int) -> ClusterSnapshot:
         found = self._futures.get(i)
         if found is None:
-            found = self._futures[i] = _beside(self.state.held[i], self.gone)
+            found = self._futures[i] = _beside(self.held[i], self.gone)
         return found
 
     def tightest(self, due: tuple[int, ...]) -> ClusterSnapshot:
