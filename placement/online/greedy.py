@@ -200,8 +200,9 @@ def _short_of_room(working: WorkingState, job: Job, explain: bool) -> tuple[str,
 
     Then every greedy policy fails, whatever it scores, so it fails here before any machine is scored (the
     scorers never meet the job: a learning scorer does not learn from it). Kept with the snapshot per demand and
-    count (``ClusterSnapshot.remember``): a scheduling cycle asks this of hundreds of waiting jobs on one snapshot,
-    and a gang placed instance by instance until the room ran out cost a policy's whole placement each time."""
+    count (and the role the reason names; ``ClusterSnapshot.remember``): a scheduling cycle asks this of hundreds
+    of waiting jobs on one snapshot, and a gang placed instance by instance until the room ran out cost a
+    policy's whole placement each time."""
     snapshot = working.snapshot
     for task_index, need, count in _demands_in_order(job):
         if not working.candidates(need).ok.any():
@@ -214,7 +215,7 @@ def _short_of_room(working: WorkingState, job: Job, explain: bool) -> tuple[str,
                 continue
         if not explain:
             return ()
-        return snapshot.remember(("short of room", need, count),
+        return snapshot.remember(("short of room", need, count, job.tasks[task_index].role),
                                  partial(_short_reasons, working, job, task_index, need, count, room))
     return None
 

@@ -98,6 +98,10 @@ def test_gang_nothing_or_everything_and_the_reasons() -> None:
         assert decision.verdict is Verdict.CAN_NEVER_FIT and decision.allocation is None
         assert decision.reasons == ("gang: room for at most 2 of its 3 worker instances, on the 2 machines that can "
                                     "host one; none placed",)
+    # the same demand asked by instances of another role, on the same snapshot: the reason names that role
+    evaluators = Job("e", (Task(Role.EVALUATOR, 3, gpu=8, gpu_types=frozenset({"V100M32"})),))
+    assert online_policy("pack")(snap, evaluators).reasons == (
+        "gang: room for at most 2 of its 3 evaluator instances, on the 2 machines that can host one; none placed",)
     # 2 x 8 fit the two machines, then a third 8-GPU job finds none: the filters' reasons
     v100m32 = frozenset({"V100M32"})
     placed = online_policy("first-fit")(snap, replace(job, job_id="two", tasks=(worker(2, 8, gpu_types=v100m32),)))
