@@ -54,8 +54,9 @@ class Allocation:
 T = TypeVar("T")
 KEPT = 512
 """Values :meth:`ClusterSnapshot.remember` keeps per snapshot (the table is emptied when full). A scheduling cycle
-asks one snapshot about a few hundred demands, two values each (candidates, and why a first instance fails):
-with 64 the table was emptied several times a cycle and the same values worked out again."""
+asks one snapshot about a few hundred demands, one to three values each (their candidates; for a gang its room;
+why one is short of room, ``placement.online.greedy``): with 64 the table was emptied several times a cycle and
+the same values worked out again."""
 
 
 class _PerMachine:
