@@ -59,8 +59,9 @@ class Usage(Protocol):
 
 class SnapshotUsage:
     """A snapshot's usage under the names filters read. A snapshot never changes, so what is worked out
-    from it is remembered (:meth:`remember`). ``free_whole`` may be given: the free whole GPUs after
-    instances placed since the snapshot was taken (see ``placement.online.explain``)."""
+    from it is remembered (:meth:`remember`: with the snapshot, shared by every usage made of it). ``free_whole``
+    may be given: the free whole GPUs after instances placed since the snapshot was taken (see
+    ``placement.online.explain``); what is worked out is then kept with this usage alone."""
 
     def __init__(self, snapshot: ClusterSnapshot, free_whole: IntArray | None = None) -> None:
         self.snapshot = snapshot
@@ -78,6 +79,8 @@ class SnapshotUsage:
         return self.snapshot.machine_free_whole if self._free_whole is None else self._free_whole
 
     def remember(self, key: Hashable, make: Callable[[], T]) -> T:
+        if self._free_whole is None:  # the snapshot's own figures: kept with it, for every usage made of it
+            return self.snapshot.remember(("filters", key), make)
         if key not in self._kept:
             self._kept[key] = make()
         found: T = self._kept[key]  # type: ignore[assignment]  # stored by this method under this key
@@ -134,3 +137,9 @@ def most(values: npt.NDArray[np.generic], allowed: BoolArray) -> float:
     """The largest of ``values`` over the ``allowed`` entries; 0 if none is allowed."""
     kept = values[allowed]
     return float(kept.max()) if kept.size else 0.0
+
+
+def largest(usage: Usage, name: str, values: Callable[[], npt.NDArray[np.generic]], allowed: BoolArray) -> float:
+    """``most(values(), allowed)``, kept with ``usage`` per ``name`` and allowed machines: the reasons of every
+    demand asked about on one usage read the same few (most allow every machine, or those of one GPU type)."""
+    return usage.remember((name, allowed.tobytes()), lambda: most(values(), allowed))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from placement.filters.base import Usage, most
+from placement.filters.base import Usage, largest
 from placement.model.feasibility import Need
 from placement.model.layout import MILLI, BoolArray, IntArray
 
@@ -28,7 +28,7 @@ class Cpu:
         return f"needs {need.cpu_milli / MILLI:g} CPU cores, {free / MILLI:g} free"
 
     def summary(self, usage: Usage, need: Need, rejected: int, allowed: BoolArray) -> str:
-        free = most(usage.layout.cpu_cap - usage.cpu, allowed) / MILLI
+        free = largest(usage, "free cpu", lambda: usage.layout.cpu_cap - usage.cpu, allowed) / MILLI
         return f"{rejected:,} machines lack {need.cpu_milli / MILLI:g} free CPU cores (most free: {free:g})"
 
     def room_bound(self, usage: Usage, need: Need) -> IntArray | None:

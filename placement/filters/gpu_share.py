@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from placement.filters.base import UNBOUNDED, Usage, most
+from placement.filters.base import UNBOUNDED, Usage, largest
 from placement.model.feasibility import Need
 from placement.model.layout import MIB_PER_GIB, MILLI, BoolArray, IntArray, Layout, frozen
 
@@ -113,9 +113,10 @@ class GpuShare:
         layout = usage.layout
         on_allowed = allowed[layout.gpu_machine]
         share = f"{need.gpu_milli / MILLI:g} of a GPU"
-        largest_share = most(MILLI - usage.gpu_milli, on_allowed) / MILLI
+        largest_share = largest(usage, "free share", lambda: MILLI - usage.gpu_milli, on_allowed) / MILLI
         if need.gpu_mem_mib >= 0:
-            largest_mem = most(layout.gpu_mem_cap - usage.gpu_mem, on_allowed) / MIB_PER_GIB
+            largest_mem = largest(usage, "free GPU memory", lambda: layout.gpu_mem_cap - usage.gpu_mem,
+                              on_allowed) / MIB_PER_GIB
             return (f"needs {share} with {need.gpu_mem_mib / MIB_PER_GIB:g} GiB GPU memory on one GPU; largest "
                     f"free share {largest_share:g}, largest free GPU memory {largest_mem:g} GiB")
         return f"no GPU has {share} free (largest free share {largest_share:g})"

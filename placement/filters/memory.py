@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from placement.filters.base import Usage, most
+from placement.filters.base import Usage, largest
 from placement.model.feasibility import Need
 from placement.model.layout import MIB_PER_GIB, BoolArray, IntArray
 
@@ -28,7 +28,7 @@ class Memory:
         return f"needs {need.mem_mib / MIB_PER_GIB:g} GiB memory, {free / MIB_PER_GIB:g} free"
 
     def summary(self, usage: Usage, need: Need, rejected: int, allowed: BoolArray) -> str:
-        free = most(usage.layout.mem_cap - usage.mem, allowed) / MIB_PER_GIB
+        free = largest(usage, "free memory", lambda: usage.layout.mem_cap - usage.mem, allowed) / MIB_PER_GIB
         return (f"{rejected:,} machines lack {need.mem_mib / MIB_PER_GIB:g} GiB free memory "
                 f"(most free: {free:g} GiB)")
 

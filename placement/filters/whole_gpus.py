@@ -6,7 +6,7 @@ takes ``k`` free GPUs of one machine, all their share and memory.
 
 from __future__ import annotations
 
-from placement.filters.base import Usage, most
+from placement.filters.base import Usage, largest
 from placement.model.feasibility import Need
 from placement.model.layout import BoolArray, IntArray
 
@@ -34,8 +34,8 @@ class WholeGpus:
 
     def summary(self, usage: Usage, need: Need, rejected: int, allowed: BoolArray) -> str:
         types = "/".join(sorted(need.gpu_types)) + " " if need.gpu_types else ""
-        return (f"no machine has {need.whole_gpus} free {types}GPUs "
-                f"(most free on one allowed machine: {int(most(usage.free_whole, allowed))})")
+        free = int(largest(usage, "free whole GPUs", lambda: usage.free_whole, allowed))
+        return f"no machine has {need.whole_gpus} free {types}GPUs (most free on one allowed machine: {free})"
 
     def room_bound(self, usage: Usage, need: Need) -> IntArray | None:
         if not need.whole_gpus:

@@ -27,7 +27,9 @@ def failure_reasons(snapshot: ClusterSnapshot, job: Job, task_index: int, candid
     need = need_of(job.tasks[task_index])
     # The figures are the cluster's as the job found it, but the free whole GPUs are counted after the
     # job's instances placed before this one: those took them, and that is what ruled the machines out.
-    found = SnapshotUsage(snapshot, free_whole=candidates.free_whole)
+    # With none placed before, the figures are the snapshot's alone, and what the summaries work out from them
+    # is kept with the snapshot for every demand asked about there (``SnapshotUsage.remember``).
+    found = SnapshotUsage(snapshot, free_whole=candidates.free_whole if placed_before else None)
     codes = candidates.reason
     allowed = np.ones(len(codes), dtype=bool)
     for code, f in CODED:
@@ -35,8 +37,9 @@ def failure_reasons(snapshot: ClusterSnapshot, job: Job, task_index: int, candid
             allowed &= codes != code
     short: list[tuple[int, str]] = []
     facts: list[str] = []
+    counts = np.bincount(codes, minlength=len(CODED) + 1).tolist()
     for code, f in CODED:
-        rejected = int(np.count_nonzero(codes == code))
+        rejected = counts[code]
         if not rejected:
             continue
         text = f.summary(found, need, rejected, allowed)

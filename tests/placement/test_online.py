@@ -154,3 +154,25 @@ def test_a_decision_leaves_nothing_for_the_cyclic_collector(policy: str) -> None
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+def test_reasons_kept_with_a_snapshot_are_those_worked_out_afresh() -> None:
+    """What the reasons read of a snapshot is kept with it for every demand asked there: demands allowed on
+    different machines (any type, one type, CPU only) asked one after the other on one snapshot get the reasons
+    a copy of it, with nothing kept, gives each alone."""
+    snap = ClusterSnapshot.empty(cluster())
+    for job in (Job("a", (worker(1, 4, cpu_cores=20),)), Job("b", (worker(1, 6, gpu_types=frozenset({"V100M32"})),)),
+                Job("c", (worker(1, 0.5, cpu_cores=30, mem_gib=100),)),
+                Job("z", (worker(1, 8, gpu_types=frozenset({"V100M32"})),))):
+        placed = online_policy("first-fit")(snap, job)
+        assert placed.allocation is not None
+        snap = apply(snap, placed.allocation)
+    asked = [Job("d", (worker(1, 8),)), Job("e", (worker(1, 4, gpu_types=frozenset({"V100M32"})),)),
+             Job("f", (Task(Role.PS, 1, cpu_cores=100),)), Job("g", (worker(1, 0.9, gpu_mem_gib=40),)),
+             Job("h", (worker(1, 8, gpu_types=frozenset({"T4"})),))]
+    kept = [online_policy("first-fit")(snap, job).reasons for job in asked]
+    assert all(kept)  # none of them fits: each has reasons
+    for job, reasons in zip(asked, kept, strict=True):
+        alone = ClusterSnapshot(snap.cluster, snap.generation, snap.gpu_milli_used, snap.gpu_mem_used, snap.cpu_used,
+                                snap.mem_used, snap.allocations)
+        assert online_policy("first-fit")(alone, job).reasons == reasons
