@@ -59,11 +59,12 @@ class Usage(Protocol):
 
 class SnapshotUsage:
     """A snapshot's usage under the names filters read. A snapshot never changes, so what is worked out
-    from it is remembered (:meth:`remember`: with the snapshot, shared by every usage made of it). ``free_whole``
-    may be given: the free whole GPUs after instances placed since the snapshot was taken (see
-    ``placement.online.explain``); what is worked out is then kept with this usage alone."""
+    from it is remembered (:meth:`remember`, in ``kept`` where given: a table several usages of one snapshot
+    share). ``free_whole`` may be given: the free whole GPUs after instances placed since the snapshot was
+    taken (see ``placement.online.explain``)."""
 
-    def __init__(self, snapshot: ClusterSnapshot, free_whole: IntArray | None = None) -> None:
+    def __init__(self, snapshot: ClusterSnapshot, free_whole: IntArray | None = None,
+                 kept: dict[Hashable, object] | None = None) -> None:
         self.snapshot = snapshot
         self.layout = snapshot.layout
         self.gpu_milli = snapshot.gpu_milli_used
@@ -71,7 +72,7 @@ class SnapshotUsage:
         self.cpu = snapshot.cpu_used
         self.mem = snapshot.mem_used
         self._free_whole = free_whole
-        self._kept: dict[Hashable, object] = {}
+        self._kept: dict[Hashable, object] = {} if kept is None else kept
 
     @property
     def free_whole(self) -> IntArray:
@@ -79,8 +80,6 @@ class SnapshotUsage:
         return self.snapshot.machine_free_whole if self._free_whole is None else self._free_whole
 
     def remember(self, key: Hashable, make: Callable[[], T]) -> T:
-        if self._free_whole is None:  # the snapshot's own figures: kept with it, for every usage made of it
-            return self.snapshot.remember(("filters", key), make)
         if key not in self._kept:
             self._kept[key] = make()
         found: T = self._kept[key]  # type: ignore[assignment]  # stored by this method under this key

@@ -27,9 +27,11 @@ def failure_reasons(snapshot: ClusterSnapshot, job: Job, task_index: int, candid
     need = need_of(job.tasks[task_index])
     # The figures are the cluster's as the job found it, but the free whole GPUs are counted after the
     # job's instances placed before this one: those took them, and that is what ruled the machines out.
-    # With none placed before, the figures are the snapshot's alone, and what the summaries work out from them
-    # is kept with the snapshot for every demand asked about there (``SnapshotUsage.remember``).
-    found = SnapshotUsage(snapshot, free_whole=candidates.free_whole if placed_before else None)
+    # With none placed before, the figures are the snapshot's alone: what the summaries work out from them
+    # (``placement.filters.base.largest``) is kept with the snapshot, in one table of plain numbers (it holds no
+    # reference back), for every demand asked about there.
+    found = (SnapshotUsage(snapshot, kept=snapshot.remember(("reasons' figures",), dict)) if not placed_before
+             else SnapshotUsage(snapshot, free_whole=candidates.free_whole))
     codes = candidates.reason
     allowed = np.ones(len(codes), dtype=bool)
     for code, f in CODED:
