@@ -20,7 +20,6 @@ from types import MappingProxyType
 import numpy as np
 import numpy.typing as npt
 
-from placement.filters.base import SnapshotUsage
 from placement.filters.chain import chain_for
 from placement.model.decision import Decision, Verdict
 from placement.model.demand import Job, Role, Task
@@ -244,7 +243,7 @@ def _demands_in_order(job: Job) -> tuple[tuple[int, Need, int], ...]:
 
 def _room_total(working: WorkingState, need: Need) -> int:
     """How many instances of ``need`` the machines take together at most."""
-    return int(chain_for(need).room(SnapshotUsage(working.snapshot), working.candidates(need).ok).sum())
+    return int(chain_for(need).room(working, working.candidates(need).ok).sum())
 
 
 def _short_reasons(working: WorkingState, job: Job, task_index: int, need: Need, count: int,

@@ -186,19 +186,22 @@ class WorkingState:
             placed = self._take_small(machine, task_index, need, count, span, keep)
         if not keep:
             return placed
-        milli = self.machine_milli.item(machine)  # Python integers: a few numbers of one machine
-        if need.gpu_milli:
-            taken = need.gpu_milli * (need.whole_gpus or 1) * count
-            milli += taken
-            self.machine_milli[machine] = milli
-        cpu = self.cpu.item(machine) + need.cpu_milli * count
+        self._held_on(machine, need.gpu_milli * (need.whole_gpus or 1) * count, need.cpu_milli * count,
+                      need.mem_mib * count)
+        return placed
+
+    def _held_on(self, machine: int, gpu_milli: int, cpu_milli: int, mem_mib: int) -> None:
+        """The machine's totals once instances there took these amounts (their GPUs already counted)."""
+        layout = self.layout
+        milli = self.machine_milli.item(machine) + gpu_milli  # Python integers: a few numbers of one machine
+        self.machine_milli[machine] = milli
+        cpu = self.cpu.item(machine) + cpu_milli
         self.cpu[machine] = cpu
-        if need.mem_mib:
-            self.mem[machine] += need.mem_mib * count
+        self.mem[machine] += mem_mib
+        gpus = layout.gpu_count.item(machine)
         self._share[machine] = milli / (gpus * MILLI) if gpus else cpu / max(layout.cpu_cap.item(machine), 1)
         self._touched.append(machine)
         self._changes += 1
-        return placed
 
     def _take_small(self, machine: int, task_index: int, need: Need, count: int,
                     span: slice, keep: bool) -> list[InstancePlacement]:
@@ -268,22 +271,13 @@ class WorkingState:
     def put(self, placement: InstancePlacement) -> None:
         """Hold ``placement`` where it says (its GPUs as given, not chosen here), as :meth:`take` would have."""
         self._own()
-        machine, layout = placement.machine, self.layout
-        milli = self.machine_milli.item(machine)
+        machine = placement.machine
         for g in placement.gpus:
             if self.gpu_milli.item(g) == 0 and self.gpu_mem.item(g) == 0:
                 self.free_whole[machine] -= 1
             self.gpu_milli[g] += placement.gpu_milli
             self.gpu_mem[g] += placement.gpu_mem_mib
-            milli += placement.gpu_milli
-        self.machine_milli[machine] = milli
-        cpu = self.cpu.item(machine) + placement.cpu_milli
-        self.cpu[machine] = cpu
-        self.mem[machine] += placement.mem_mib
-        gpus = layout.gpu_count.item(machine)
-        self._share[machine] = milli / (gpus * MILLI) if gpus else cpu / max(layout.cpu_cap.item(machine), 1)
-        self._touched.append(machine)
-        self._changes += 1
+        self._held_on(machine, placement.gpu_milli * len(placement.gpus), placement.cpu_milli, placement.mem_mib)
 
     def room_on(self, machine: int, need: Need) -> int:
         """How many more instances of ``need`` fit on ``machine`` alone (by every filter)."""
