@@ -309,7 +309,8 @@ def _schedule_fluid(state: _State, jobs: Sequence[SimJob], demands: Sequence[_De
 def _while_covered(state: _State, offer: list[int]) -> Iterator[int]:
     """``offer`` in order, less every job whose totals the free totals no longer cover once a job has started
     (a start is seen as a change of the snapshot, or of the free totals on a fluid cluster): checked for the
-    rest of the offer at once, rather than one job at a time."""
+    rest of the offer at once, rather than one job at a time (kept as an array: a pass with thousands offered
+    and hundreds of starts would spend more on converting the rest to a list and back than on checking it)."""
     pending = np.asarray(offer, dtype=np.int64)
     at, seen = 0, (state.snapshot.generation, tuple(state.free))
     while at < len(pending):
@@ -317,14 +318,19 @@ def _while_covered(state: _State, offer: list[int]) -> Iterator[int]:
         at += 1
         now = (state.snapshot.generation, tuple(state.free))
         if now != seen and at < len(pending):
-            seen, pending, at = now, np.asarray(_covered(state, pending[at:]), dtype=np.int64), 0
+            seen, pending, at = now, _covering(state, pending[at:]), 0
 
 
 def _covered(state: _State, indices: Sequence[int] | np.ndarray) -> list[int]:
     """``indices``, in their order, less the jobs whose totals the free totals do not cover."""
-    found = np.asarray(indices, dtype=np.int64)
-    kept: list[int] = found[(state.totals[:, found] <= _free_column(state)).all(axis=0)].tolist()
+    kept: list[int] = _covering(state, np.asarray(indices, dtype=np.int64)).tolist()
     return kept
+
+
+def _covering(state: _State, indices: np.ndarray) -> np.ndarray:
+    """:func:`_covered` of an array of indices, as an array."""
+    found: np.ndarray = indices[(state.totals[:, indices] <= _free_column(state)).all(axis=0)]
+    return found
 
 
 def _free_column(state: _State) -> np.ndarray:
