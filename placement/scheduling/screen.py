@@ -16,12 +16,15 @@ time.
 
 What the policy would have answered is then made up (:meth:`Screen.unplaced`) where that is known: a
 policy that explains nothing (``explain=False``) answers every failure alike, without reasons. A policy
-that explains is asked, as before: its reasons are the plan's.
+that explains is asked, as before: its reasons are the plan's; unless the cycle wants no words
+(``SchedulingSettings.explain_waits``), when it is asked once per job shape (for whether the job could ever fit,
+which depends on the cluster and the shape alone) and its answer is made up, without reasons, from then on.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Hashable
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -32,7 +35,7 @@ import numpy.typing as npt
 from placement.filters.base import SnapshotUsage
 from placement.filters.chain import chain_for
 from placement.model.decision import Decision, Verdict
-from placement.model.demand import Job
+from placement.model.demand import Job, Task
 from placement.model.feasibility import Need, needs_of
 from placement.model.layout import BoolArray, IntArray, Layout
 from placement.model.snapshot import ClusterSnapshot
@@ -49,6 +52,8 @@ LOG_TICKS = 16
 """Changes an index remembers, to bring an entry that far behind up to date machine by machine."""
 KEPT_LAYOUTS = 4
 """Layouts (clusters) whose indexes are kept for the next cycle."""
+MOST_VERDICTS = 16_384
+"""Job shapes whose verdict (:meth:`Screen.unplaced`) is kept per policy before its table is emptied."""
 Counts = npt.NDArray[np.int32]
 NO_SCORE: MappingProxyType[str, float] = MappingProxyType({})
 """The score of a decision without one (shared: it cannot change)."""
@@ -162,10 +167,11 @@ _kept_lock = threading.Lock()
 
 
 class Screen:
-    """One cycle's view of the indexes, and what it learnt of each policy it asked: whether it explains failures."""
+    """One cycle's view of the indexes, and what it learnt of each policy it asked: whether it explains failures.
+    ``words``: whether the cycle wants an explaining policy's reasons for jobs that fit nowhere."""
 
-    def __init__(self, layout: Layout) -> None:
-        self.layout = layout
+    def __init__(self, layout: Layout, words: bool = True) -> None:
+        self.layout, self.words = layout, words
         self.memory_everywhere = not len(layout.gpu_mem_cap) or int(layout.gpu_mem_cap.min()) > 0
         """Every GPU has memory: then a GPU share fits where the filters say (they also want memory)."""
         self.terse: dict[OnlinePolicy, bool] = {}
@@ -198,14 +204,44 @@ class Screen:
 
     def unplaced(self, snapshot: ClusterSnapshot, job: Job, policy: OnlinePolicy) -> Decision:
         """``policy``'s answer for ``job``, which fits nowhere on ``snapshot``: made up where the policy is known
-        to explain nothing, else asked (its first failure of a cycle tells which it is)."""
+        to explain nothing, or where it explains and the cycle wants no words (then with the verdict it gives
+        the job's shape); else asked (its first failure of a cycle tells which it is)."""
         failure = self._failure.get(policy)
         if failure is not None:
             return failure
+        if not self.words and self.terse.get(policy) is False:
+            return _verdict(policy, snapshot, job)
         decision = policy(snapshot, job)
         if policy not in self.terse and decision.allocation is None:
             terse = self.terse[policy] = (not decision.reasons and not decision.score
                                           and decision.verdict is Verdict.UNSCHEDULABLE_NOW)
             if terse:  # one answer for every later failure: where a failure is used, its id is not read
                 self._failure[policy] = Decision("", decision.policy, Verdict.UNSCHEDULABLE_NOW, -1, score=NO_SCORE)
+            elif not self.words:
+                return _verdict(policy, snapshot, job, decision)
         return decision
+
+
+_verdicts: weakref.WeakKeyDictionary[OnlinePolicy, dict[tuple[Task, ...], tuple[Layout, Decision]]] = \
+    weakref.WeakKeyDictionary()
+"""Per explaining policy, its failure without reasons per job shape, and the cluster layout it holds on
+(:func:`_verdict`)."""
+
+
+def _verdict(policy: OnlinePolicy, snapshot: ClusterSnapshot, job: Job, asked: Decision | None = None) -> Decision:
+    """``policy``'s failure for ``job`` (which fits nowhere on ``snapshot``) without its reasons: the policy is
+    asked once per job shape and cluster layout (``asked``: its answer, where the caller asked it), and the verdict
+    it gave (whether the job could ever fit the cluster, which nothing allocated changes) kept across cycles. The
+    failure's job id is not read."""
+    table = _verdicts.get(policy)
+    if table is None:
+        table = _verdicts[policy] = {}
+    found = table.get(job.tasks)  # tasks alike but for a NaN's identity: asked again, no more
+    if found is None or found[0] is not snapshot.layout:
+        decision = asked or policy(snapshot, job)
+        assert decision.allocation is None, "a job that fits nowhere was placed"
+        if len(table) >= MOST_VERDICTS:
+            table.clear()
+        found = table[job.tasks] = (snapshot.layout, Decision("", decision.policy, decision.verdict, -1,
+                                                              score=NO_SCORE))
+    return found[1]

@@ -21,6 +21,10 @@ class SchedulingSettings:
     """A guaranteed job that has waited this long over its quota may start opportunistically (AntMan)."""
     max_victims: int = 64
     """Running jobs considered as victims for one preemptor, cheapest first."""
+    explain_waits: bool = True
+    """Tell a waiting job that fits nowhere the placement policy's reasons (what the filters rule out, in words),
+    where the policy gives them. Without, the same plan, less those words: worth it where nobody reads them (the
+    service's passes; a reader of why jobs wait has a plan made with them)."""
 
     def __post_init__(self) -> None:
         if not (self.prescheduling_horizon_s >= 0 and not math.isinf(self.prescheduling_horizon_s)):

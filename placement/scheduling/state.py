@@ -164,7 +164,7 @@ class CycleState:
                         used[key] = used.get(key, 0.0) + amount
                     counted.add(job_id)
                     groups.setdefault(queue, []).append(job)
-        screen = Screen(snapshot.layout) if shortcuts else None
+        screen = Screen(snapshot.layout, settings.explain_waits) if shortcuts else None
         return CycleState(snapshot.generation, now, queues, place, settings, snapshot, book, by_id, counted, ends,
                           screen=screen, opportunistic=opportunistic, victim_groups=groups, allocated=allocations)
 

@@ -141,8 +141,11 @@ class Planner:
     the state and the stored queues, with ``policy`` placing each job but those that name one of their own
     (``named(name)``: the policy of that name; default ``placement.online_policy``), at ``clock()``.
 
-    Readers share its plans (:meth:`latest`, :meth:`usage`): the last one decided on the same generation of
-    the state, at most ``READ_PLAN_S`` old, whoever asked for it (a scheduling pass, or another reader)."""
+    Its passes word no wait of a job that fits nowhere (``SchedulingSettings.explain_waits`` off: nothing they
+    write reads those words, and with thousands waiting they were a third of a pass). Readers share its plans
+    (:meth:`latest`, :meth:`usage`): the last one decided on the same generation of the state, at most
+    ``READ_PLAN_S`` old, whoever asked for it (a scheduling pass, or another reader); one who reads why jobs wait
+    gets a plan with every wait worded (the same plan, with the words)."""
 
     def __init__(self, policy: OnlinePolicy, settings: SchedulingSettings | None = None,
                  clock: Callable[[], float] = time.time, named: Callable[[str], OnlinePolicy] | None = None) -> None:
@@ -150,6 +153,9 @@ class Planner:
         self._named: Callable[[str], OnlinePolicy] = named or online_policy
         self._checked: tuple[str | None, Cluster, QueueSet] | None = None
         self._plan: tuple[int, str | None, Plan] | None = None
+        """The last plan: its generation, queue configuration and itself."""
+        self._worded: tuple[int, str | None, Plan] | None = None
+        """The last plan with every wait worded, for readers of why jobs wait."""
         self._usage: tuple[int, str | None, float, Mapping[str, Mapping[str, float]]] | None = None
 
     def queues(self, spec: str | None, cluster: Cluster) -> QueueSet:
@@ -191,18 +197,26 @@ class Planner:
                 found[name] = self.policy
         return found
 
-    def latest(self, snapshot: ClusterSnapshot, state: QueueState) -> Plan:
+    def latest(self, snapshot: ClusterSnapshot, state: QueueState, worded: bool = False) -> Plan:
         """A plan for ``snapshot`` and ``state``, to read: the last one decided on the same generation and queue
-        configuration if it is at most ``READ_PLAN_S`` old, else a new one."""
-        kept = self._plan
+        configuration if it is at most ``READ_PLAN_S`` old, else a new one. ``worded``: with every wait worded (why
+        a job that fits nowhere waits, in the placement policy's words), as the passes' plans are not."""
+        kept = self._worded if worded else self._plan
         if kept is not None and kept[:2] == (snapshot.generation, state.spec) \
                 and self.clock() - kept[2].now <= READ_PLAN_S:
             return kept[2]
-        return self(snapshot, state)
+        if not worded:
+            return self(snapshot, state)
+        plan = self._decide(snapshot, state, replace(self.settings, explain_waits=True))
+        self._worded = (snapshot.generation, state.spec, plan)
+        return plan
 
     def __call__(self, snapshot: ClusterSnapshot, state: QueueState) -> Plan:
-        state = state.on(snapshot)
-        plan = schedule(snapshot, state.pending, state.running, self.queues(state.spec, snapshot.cluster),
-                        self.clock(), self.policy, self.settings, self._policies(state.pending))
+        plan = self._decide(snapshot, state, replace(self.settings, explain_waits=False))
         self._plan = (snapshot.generation, state.spec, plan)  # one assignment: a reader sees a whole entry
         return plan
+
+    def _decide(self, snapshot: ClusterSnapshot, state: QueueState, settings: SchedulingSettings) -> Plan:
+        state = state.on(snapshot)
+        return schedule(snapshot, state.pending, state.running, self.queues(state.spec, snapshot.cluster),
+                        self.clock(), self.policy, settings, self._policies(state.pending))

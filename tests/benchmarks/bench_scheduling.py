@@ -18,11 +18,13 @@ submissions a second ``schedule`` takes so (the submissions over the cycles' wal
 dropped before the cycles are timed (they are the benchmark's, not the scheduler's, and would only lengthen the
 collector's sweeps).
 
-Policy: ``liquid`` without explanations, as the replay runs it; with ``--explain``, with them, as the service runs it
-(a job that waits is told the filters' reasons).
+Policy: ``liquid`` without explanations, as the replay runs it; with ``--explain``, with them, and every waiting job
+told the filters' reasons, as a reader of why jobs wait gets them from the service (its dashboard); with ``--service``,
+the service's own passes: the policy explains (a job it places or refuses directly is told why), and the passes ask
+for no words where a job fits nowhere (``SchedulingSettings.explain_waits``; the same plan, less those words).
 
-    python tests/benchmarks/bench_scheduling.py [--fast] [--explain] [--pending N] [--cycles N] [--submissions N]
-        [--out FILE]
+    python tests/benchmarks/bench_scheduling.py [--fast] [--explain | --service] [--pending N] [--cycles N]
+        [--submissions N] [--out FILE]
 """
 
 from __future__ import annotations
@@ -79,7 +81,12 @@ def pending_of(row: dict[str, str], submit_s: float) -> PendingJob:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="1,000 waiting, 30 cycles (CI)")
-    parser.add_argument("--explain", action="store_true", help="the policy explains failures, as the service's does")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--explain", action="store_true",
+                      help="the policy explains failures, and every wait is worded (the service's dashboard view)")
+    mode.add_argument("--service", action="store_true",
+                      help="the policy explains failures, the waits of jobs that fit nowhere are not worded (the "
+                           "service's passes)")
     parser.add_argument("--pending", type=int, default=10_000)
     parser.add_argument("--cycles", type=int, default=200)
     parser.add_argument("--submissions", type=int, default=50)
@@ -89,7 +96,8 @@ def main() -> None:
                                                                             args.submissions)
     cluster = load_cluster("pai")
     queues = queues_from_dict(queue_config(cluster.total_gpus), cluster)
-    policy, settings = online_policy("liquid", explain=args.explain), SchedulingSettings()
+    explains = args.explain or args.service
+    policy, settings = online_policy("liquid", explain=explains), SchedulingSettings(explain_waits=not args.service)
     with open(JOBS_CSV, encoding="utf-8", newline="") as handle:
         rows = list(csv.DictReader(handle))
 
@@ -153,7 +161,7 @@ def main() -> None:
             job = pending.pop(start.job_id)
             running[job.job_id] = RunningJob(job.job, job.queue, now, start.mode, job.estimate)
 
-    figures = {"pending": pending_count, "cycles": cycles, "explain": args.explain,
+    figures = {"pending": pending_count, "cycles": cycles, "explain": explains, "explain_waits": not args.service,
                "cycle_cpu_p50_ms": float(np.percentile(cpu_ms, 50)),
                "cycle_cpu_p99_ms": float(np.percentile(cpu_ms, 99)),
                "cycle_wall_p50_ms": float(np.percentile(wall_ms, 50)),
@@ -167,7 +175,7 @@ def main() -> None:
                     "submit_cycle_wall_p99_ms": float(np.percentile(submit_wall_ms, 99)),
                     "submissions_per_s": len(submit_wall_ms) / (sum(submit_wall_ms) / 1e3)}
     print(f"scheduling cycle, {pending_count:,} waiting, {cycles} cycles (one running job ends before each), policy "
-          f"{'explaining' if args.explain else 'without explanations'}: "
+          f"{MODES[(args.explain, args.service)]}: "
           f"CPU p50 {figures['cycle_cpu_p50_ms']:.1f} ms p99 {figures['cycle_cpu_p99_ms']:.1f} ms; wall p50 "
           f"{figures['cycle_wall_p50_ms']:.1f} ms p99 {figures['cycle_wall_p99_ms']:.1f} ms; "
           f"{figures['starts_per_cycle_mean']:.2f} jobs started per cycle; target p99 < 50 ms")
@@ -181,6 +189,10 @@ def main() -> None:
               f"p99 {figures['submit_cycle_wall_p99_ms']:.1f} ms; {figures['submissions_per_s']:.3g} submissions/s")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(figures, indent=2))
+
+
+MODES = {(False, False): "without explanations", (True, False): "explaining, waits worded",
+         (False, True): "explaining, waits of jobs that fit nowhere unworded (the service's passes)"}
 
 
 def _placing_one(cpu_ms: list[float], starts: list[int]) -> dict[str, float]:

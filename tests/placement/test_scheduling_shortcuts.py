@@ -147,3 +147,49 @@ def test_shortcuts_decide_as_from_scratch_on_real_pai_jobs() -> None:
                 running.remove(job)
         assert starts and pending  # jobs started, and others waited, in these cycles
 
+
+
+def _worded(plan: Plan) -> dict[str, Any]:
+    """:func:`decided`, each wait without its details."""
+    found = decided(plan)
+    found["rest"] = (*found["rest"][:5], [(w.job_id, w.queue, w.reason, w.reservation_at_s) for w in plan.waiting],
+                     found["rest"][6])
+    return found
+
+
+def test_a_cycle_without_words_decides_the_same_plan_less_the_reasons() -> None:
+    """``explain_waits=False``: an explaining policy is not asked for the reasons of jobs that fit nowhere, yet
+    every start, preemption, reservation and wait is the one the plan with its words gives, a job that can never
+    fit is still told so, and what each wait says is the beginning of what it says with words (REAL PAI jobs on a
+    SYNTHETIC small cluster of REAL machine specs, a learning and a non-learning policy, each decided twice by
+    instances of their own)."""
+    machines = load_cluster("pai").machines[:MACHINES]
+    cluster = build_cluster("pai-small", machines)
+    share = cluster.total_gpus // 3
+    queues = queues_from_dict({"cohorts": [{"name": "all"}], "queues": [
+        {"name": "a", "cohort": "all", "order": "fifo", "quota": {"gpus": share}},
+        {"name": "b", "cohort": "all", "order": "sjf", "quota": {"gpus": share}},
+        {"name": "c", "cohort": "all", "order": "priority", "quota": {"gpus": share}}]}, cluster)
+    rows = _pai_rows(CYCLES * ARRIVALS)
+    never = pending(gpu_job("never", 4), "a", submit_s=0.0)  # within quota, more GPUs than a machine has
+    for name in ("first-fit", "liquid"):
+        worded, unworded = online_policy(name), online_policy(name)
+        snapshot, waiting, running = ClusterSnapshot.empty(cluster), [never], list[RunningJob]()
+        told = set()
+        for cycle in range(CYCLES):
+            now = STEP_S * cycle
+            waiting += [_pai_pending(row, now) for row in rows[ARRIVALS * cycle:ARRIVALS * (cycle + 1)]]
+            with_words = plan_cycle(snapshot, waiting, running, queues, now, worded, SchedulingSettings())
+            without = plan_cycle(snapshot, waiting, running, queues, now, unworded,
+                                 SchedulingSettings(explain_waits=False))
+            assert _worded(without) == _worded(with_words)
+            for said, full in zip(without.waiting, with_words.waiting, strict=True):
+                assert full.details[:len(said.details)] == said.details
+                told.add(said.details == full.details)
+            if cycle == 0:
+                assert without.waiting_for("never").reason is WaitReason.CAN_NEVER_FIT
+            snapshot, waiting, running = advance(snapshot, waiting, running, without, now)
+            for job in [r for r in running if r.estimated_end_s() <= now + STEP_S]:
+                snapshot = release(snapshot, job.job_id)
+                running.remove(job)
+        assert told == {True, False}  # some waits kept their words (not fitting nowhere), others lost them

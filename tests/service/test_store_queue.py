@@ -115,6 +115,24 @@ def test_readers_share_a_plan_while_the_state_and_its_age_allow() -> None:
     assert "r3" in {w.job_id for w in planner.latest(snapshot, queued).waiting}
 
 
+def test_passes_leave_out_the_words_a_reader_of_waits_gets() -> None:
+    """The passes' plans word no wait of a job that fits nowhere; a reader of why jobs wait gets a plan with them,
+    which starts, reserves and waits alike, and shares it while the state and its age allow."""
+    store, clock = MemoryStore(CLUSTER), [1_000.0]
+    planner = Planner(online_policy("liquid"), clock=lambda: clock[0])
+    submit(store, *(job(f"w{k}", gpu=1.0, instances=8) for k in range(4)), job("huge", gpu=1.0, instances=20))
+    snapshot, queued = store.queued()
+    passed, read = planner(snapshot, queued), planner.latest(snapshot, queued, worded=True)
+    assert read is not passed and planner.latest(snapshot, queued) is passed
+    assert [(s.job_id, s.allocation) for s in read.starts] == [(s.job_id, s.allocation) for s in passed.starts]
+    assert read.reservations == passed.reservations
+    assert [(w.job_id, w.reason) for w in read.waiting] == [(w.job_id, w.reason) for w in passed.waiting]
+    huge = (passed.waiting_for("huge"), read.waiting_for("huge"))
+    assert huge[0] is not None and huge[1] is not None and huge[0].reason is huge[1].reason
+    assert huge[0].details == () and huge[1].details  # 20 GPUs on a cluster of 16: said to the reader alone
+    assert planner.latest(snapshot, queued, worded=True) is read
+
+
 def test_a_job_that_names_a_policy_is_placed_by_it_and_keeps_asking_for_it(any_store: Store) -> None:
     """``Submit`` with a policy: the pass places the job by that policy (machines a, b: 4 T4 each; c: 8 V100),
     and a job preempted back to pending is placed by it again."""

@@ -184,7 +184,7 @@ async def get_waiting(rt: ReadRuntime) -> WaitingOut:
 
 def _waiting(rt: Runtime) -> WaitingOut:
     snapshot, queued = rt.store.queued()
-    plan = rt.planner.latest(snapshot, queued)
+    plan = rt.planner.latest(snapshot, queued, worded=True)
     return WaitingOut.model_validate({
         "generation": plan.generation, "starting": [s.job_id for s in plan.starts],
         "waiting": [{"job_id": w.job_id, "queue": w.queue, "reason": w.reason, "details": list(w.details),
