@@ -193,3 +193,28 @@ def test_a_cycle_without_words_decides_the_same_plan_less_the_reasons() -> None:
                 snapshot = release(snapshot, job.job_id)
                 running.remove(job)
         assert told == {True, False}  # some waits kept their words (not fitting nowhere), others lost them
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_without_words_the_same_plan_over_random_cycles(data: st.DataObject) -> None:
+    """As above, over random SYNTHETIC clusters, queues, jobs and settings (Hypothesis)."""
+    cluster = data.draw(clusters())
+    queues = data.draw(queue_sets(cluster))
+    name = data.draw(st.sampled_from(["first-fit", "pack", "liquid"]))
+    worded, unworded = online_policy(name), online_policy(name)
+    chosen = SchedulingSettings(preemption=data.draw(st.booleans()), reserve_heads=data.draw(st.booleans()),
+                                prescheduling_horizon_s=data.draw(st.sampled_from([0.0, 500.0])),
+                                opportunistic_after_s=data.draw(st.sampled_from([math.inf, 30.0])))
+    snapshot, waiting, running = ClusterSnapshot.empty(cluster), list[PendingJob](), list[RunningJob]()
+    for cycle, now in enumerate((0.0, 60.0, 600.0, 700.0)):
+        waiting += data.draw(pending_jobs(f"c{cycle}-", now))
+        with_words = plan_cycle(snapshot, waiting, running, queues, now, worded, chosen)
+        without = plan_cycle(snapshot, waiting, running, queues, now, unworded, replace(chosen, explain_waits=False))
+        assert _worded(without) == _worded(with_words)
+        for said, full in zip(without.waiting, with_words.waiting, strict=True):
+            assert full.details[:len(said.details)] == said.details
+        snapshot, waiting, running = advance(snapshot, waiting, running, without, now)
+        for job in [r for r in running if r.started_s + 50.0 <= now and data.draw(st.booleans())]:
+            snapshot = release(snapshot, job.job_id)
+            running.remove(job)
