@@ -37,7 +37,7 @@ from placement.filters.chain import chain_for
 from placement.model.decision import Decision, Verdict
 from placement.model.demand import Job, Task
 from placement.model.feasibility import Need, needs_of
-from placement.model.layout import BoolArray, IntArray, Layout
+from placement.model.layout import BoolArray, IntArray, Layout, Table
 from placement.model.snapshot import ClusterSnapshot
 from placement.online.policies import OnlinePolicy
 
@@ -222,10 +222,10 @@ class Screen:
         return decision
 
 
-_verdicts: weakref.WeakKeyDictionary[OnlinePolicy, dict[tuple[Task, ...], tuple[Layout, Decision]]] = \
+_verdicts: weakref.WeakKeyDictionary[OnlinePolicy, tuple[Layout, Table[tuple[Task, ...], Decision]]] = \
     weakref.WeakKeyDictionary()
-"""Per explaining policy, its failure without reasons per job shape, and the cluster layout it holds on
-(:func:`_verdict`)."""
+"""Per explaining policy, the cluster layout it last failed a job on and its failures there without reasons, by
+job shape (:func:`_verdict`)."""
 
 
 def _verdict(policy: OnlinePolicy, snapshot: ClusterSnapshot, job: Job, asked: Decision | None = None) -> Decision:
@@ -233,15 +233,13 @@ def _verdict(policy: OnlinePolicy, snapshot: ClusterSnapshot, job: Job, asked: D
     asked once per job shape and cluster layout (``asked``: its answer, where the caller asked it), and the verdict
     it gave (whether the job could ever fit the cluster, which nothing allocated changes) kept across cycles. The
     failure's job id is not read."""
-    table = _verdicts.get(policy)
-    if table is None:
-        table = _verdicts[policy] = {}
-    found = table.get(job.tasks)  # tasks alike but for a NaN's identity: asked again, no more
-    if found is None or found[0] is not snapshot.layout:
+    kept = _verdicts.get(policy)
+    if kept is None or kept[0] is not snapshot.layout:
+        kept = _verdicts[policy] = (snapshot.layout, Table(MOST_VERDICTS))
+
+    def unworded() -> Decision:
         decision = asked or policy(snapshot, job)
         assert decision.allocation is None, "a job that fits nowhere was placed"
-        if len(table) >= MOST_VERDICTS:
-            table.clear()
-        found = table[job.tasks] = (snapshot.layout, Decision("", decision.policy, decision.verdict, -1,
-                                                              score=NO_SCORE))
-    return found[1]
+        return Decision("", decision.policy, decision.verdict, -1, score=NO_SCORE)
+
+    return kept[1].get(job.tasks, unworded)  # tasks alike but for a NaN's identity: asked again, no more
