@@ -22,11 +22,10 @@ FEW_GPUS_PER_MACHINE = 64
 above it (a "big node" of thousands of GPUs) in numpy."""
 
 
-def share_mem_per_gpu(caps: IntArray, need: Need) -> IntArray:
-    """GPU memory (MiB) one share of ``need`` takes on each GPU of memory ``caps``."""
-    if need.gpu_mem_mib >= 0:
-        return np.full(len(caps), need.gpu_mem_mib)
-    return proportional_per_gpu(caps, need.share_mem)
+def share_mem_per_gpu(layout: Layout, need: Need, span: slice) -> IntArray:
+    """GPU memory (MiB) one share of ``need`` takes on each GPU of ``span`` (read-only)."""
+    shared = _share_mem(layout, need)
+    return np.full(span.stop - span.start, shared) if isinstance(shared, int) else shared[span]
 
 
 def proportional_per_gpu(caps: IntArray, share: float) -> IntArray:
@@ -35,9 +34,9 @@ def proportional_per_gpu(caps: IntArray, share: float) -> IntArray:
     return per_gpu
 
 
-def share_room_per_gpu(milli: IntArray, mem: IntArray, caps: IntArray, need: Need) -> IntArray:
-    """How many more shares of ``need`` each GPU takes (used share ``milli``, used memory ``mem``)."""
-    per_gpu = share_mem_per_gpu(caps, need)
+def share_room_per_gpu(milli: IntArray, mem: IntArray, caps: IntArray, need: Need, per_gpu: IntArray) -> IntArray:
+    """How many more shares of ``need`` each GPU takes (used share ``milli``, used memory ``mem``, memory ``caps``;
+    ``per_gpu``: :func:`share_mem_per_gpu` of these GPUs)."""
     by_mem = np.where(per_gpu > 0, (caps - mem) // np.maximum(per_gpu, 1), UNBOUNDED)
     room: IntArray = np.where(caps > 0, np.minimum((MILLI - milli) // need.gpu_milli, by_mem), 0).clip(min=0)
     return room
@@ -62,7 +61,7 @@ def shares_on(usage: Usage, need: Need, machine: int, enough: int = UNBOUNDED) -
             return int(bool(np.any((usage.gpu_milli[span] + need.gpu_milli <= MILLI) & (caps > 0)
                                    & (usage.gpu_mem[span] + per_gpu <= caps))))
         return int(share_room_per_gpu(usage.gpu_milli[span], usage.gpu_mem[span], layout.gpu_mem_cap[span],
-                                      need).sum())
+                                      need, share_mem_per_gpu(layout, need, span)).sum())
     room = 0
     for used, mem, cap in zip(usage.gpu_milli[span].tolist(), usage.gpu_mem[span].tolist(),
                               layout.gpu_mem_cap[span].tolist(), strict=True):

@@ -162,7 +162,8 @@ def _build(working: WorkingState, job: Job, choose: Chooser, config: PlacementCo
     order = task_order(job)
     for task_index in order:
         task = job.tasks[task_index]
-        need, fill, remaining = need_of(task), fills(job, task_index), task.instances
+        need, remaining = need_of(task), task.instances
+        fill = remaining > 1 and fills(job, task_index)  # one instance: nothing to fill, the room is not asked
         memo: dict[object, object] = {}
         reached: IntArray | None = None
         while remaining:

@@ -254,12 +254,16 @@ class WorkingState:
         milli, mem, caps = self.gpu_milli[span], self.gpu_mem[span], self.layout.gpu_mem_cap[span]
         if not keep:
             milli, mem = milli.copy(), mem.copy()
-        per_gpu = share_mem_per_gpu(caps, need)
-        room = share_room_per_gpu(milli, mem, caps, need)
-        usable = np.flatnonzero(room > 0)
-        order = usable[np.lexsort((usable, -milli[usable]))]
-        enough = int(np.searchsorted(np.cumsum(room[order]), count)) + 1
-        gpus = np.repeat(order[:enough], room[order[:enough]])[:count]
+        per_gpu = share_mem_per_gpu(self.layout, need, span)
+        if count == 1:  # the fullest that fits, the first among equals: no order of every GPU
+            usable = np.flatnonzero((milli + need.gpu_milli <= MILLI) & (mem + per_gpu <= caps) & (caps > 0))
+            gpus = usable[np.argmax(milli[usable]):][:1] if len(usable) else usable
+        else:
+            room = share_room_per_gpu(milli, mem, caps, need, per_gpu)
+            usable = np.flatnonzero(room > 0)
+            order = usable[np.lexsort((usable, -milli[usable]))]
+            enough = int(np.searchsorted(np.cumsum(room[order]), count)) + 1
+            gpus = np.repeat(order[:enough], room[order[:enough]])[:count]
         touched = np.unique(gpus)
         if keep:
             self.free_whole[machine] -= int(np.count_nonzero((milli[touched] == 0) & (mem[touched] == 0)))

@@ -47,6 +47,7 @@ from placement.sim.jobs import SimJob
 from placement.sim.pass_memo import PassMemo, Sizes
 from placement.sim.queues import QueuePolicy, WaitingQueue
 from placement.sim.runtime import Runtime, TraceRuntime
+from placement.sim.share_room import ShareRoom
 
 FINISH, ARRIVE, TICK = 0, 1, 2
 Event = tuple[float, int, int, int]
@@ -152,6 +153,9 @@ class _State:
     """Per job (columns), its GPU milli, CPU milli, memory MiB, whole GPUs and largest share of one GPU (these
     two 0 on a fluid cluster): the free-totals check of a whole queue at once."""
     is_waiting: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    share_room: ShareRoom | None = None
+    """The GPUs' room for the shares of jobs of many shares (``placement.sim.share_room``; none on a fluid
+    cluster)."""
 
 
 def simulate(cluster: Cluster, jobs: Sequence[SimJob], policy: str, queue: QueuePolicy,
@@ -177,7 +181,9 @@ def simulate(cluster: Cluster, jobs: Sequence[SimJob], policy: str, queue: Queue
                                               int(layout.mem_cap.sum())], runs, [0] * len(jobs), fluid=fluid,
                    totals=np.array([[d.gpu_milli, d.cpu_milli, d.mem_mib, *((0, 0) if fluid else _on_gpus(d))]
                                     for d in demands], dtype=np.int64).reshape(-1, 5).T.copy(),
-                   is_waiting=np.zeros(len(jobs), dtype=bool))
+                   is_waiting=np.zeros(len(jobs), dtype=bool),
+                   share_room=None if fluid else ShareRoom([_one_task(j, d)
+                                                            for j, d in zip(jobs, demands, strict=True)]))
     result = SimResult(records, total_gpus=float(cluster.total_gpus), runtime=runs.name)
     events = [(j.submit_s, ARRIVE, i, 0) for i, j in enumerate(jobs)]
     heapq.heapify(events)
@@ -256,6 +262,14 @@ def _free_whole(state: _State) -> int:
     return state.free_whole[1]
 
 
+def _one_task(job: SimJob, demand: _Demand) -> tuple[Need, int, bool]:
+    """A job's demand for :class:`ShareRoom`: its one task's demand, instances and whether it accepts any GPU type
+    (a job of several tasks is not checked there: no instances)."""
+    tasks = job.job.tasks
+    return (demand.needs[0], tasks[0].instances, not tasks[0].gpu_types) if len(tasks) == 1 else \
+        (demand.needs[0], 0, False)
+
+
 def _on_gpus(demand: _Demand) -> tuple[int, int]:
     """A job's whole GPUs and its largest share of one GPU (milli): what a pass checks of the GPUs themselves."""
     return demand.whole_gpus, max((n.gpu_milli for n in demand.needs if not n.whole_gpus), default=0)
@@ -322,28 +336,41 @@ def _while_covered(state: _State, offer: list[int]) -> Iterator[int]:
 
 
 def _covered(state: _State, indices: Sequence[int] | np.ndarray) -> list[int]:
-    """``indices``, in their order, less the jobs whose totals the free totals do not cover."""
-    kept: list[int] = _covering(state, np.asarray(indices, dtype=np.int64)).tolist()
+    """``indices``, in their order, less the jobs whose totals the free totals do not cover, or whose shares the
+    GPUs do not (:class:`ShareRoom`: once a pass; after each start, the totals alone, as the room changes with
+    every start and few jobs of many shares are offered)."""
+    found = _covering(state, np.asarray(indices, dtype=np.int64))
+    if state.share_room is not None and state.share_room.checks:
+        found = found[state.share_room.covers(state.snapshot, found)]
+    kept: list[int] = found.tolist()
     return kept
 
 
 def _covering(state: _State, indices: np.ndarray) -> np.ndarray:
     """:func:`_covered` of an array of indices, as an array."""
-    found: np.ndarray = indices[(state.totals[:, indices] <= _free_column(state)).all(axis=0)]
+    found: np.ndarray = indices[_covers(state, indices)]
     return found
 
 
-def _free_column(state: _State) -> np.ndarray:
-    """The free totals as ``_State.totals`` counts them, a column to compare against."""
-    on_gpus = (0, 0) if state.fluid else (_free_whole(state), state.free_whole[2])
-    return np.asarray([*state.free, *on_gpus], dtype=np.int64)[:, None]
+def _covers(state: _State, jobs: np.ndarray | slice) -> np.ndarray:
+    """Whether the free totals cover each of ``jobs`` (indices, or a slice of every job): one comparison per total,
+    and'ed (half the time of comparing the whole block and reducing it over its rows)."""
+    free = [*state.free] if state.fluid else [*state.free, _free_whole(state), state.free_whole[2]]
+    totals = state.totals
+    covered: np.ndarray = totals[0, jobs] <= free[0]
+    for row in range(1, len(free)):
+        covered &= totals[row, jobs] <= free[row]
+    return covered
 
 
 def _offer(state: _State, shares: dict[str, float]) -> list[int]:
     """The waiting jobs whose totals (and whole GPUs) the free totals cover, in queue order: every job that may
     start in a pass (within a pass the cluster only fills), found for the whole queue in a few vector
     operations."""
-    return state.waiting.among(state.is_waiting & (state.totals <= _free_column(state)).all(axis=0), shares)
+    chosen = state.is_waiting & _covers(state, slice(None))
+    if state.share_room is not None and state.share_room.checks:  # see _covered
+        chosen &= state.share_room.covers(state.snapshot, slice(None))
+    return state.waiting.among(chosen, shares)
 
 
 def _beyond_pool(demand: _Demand, layout: Layout) -> tuple[str, ...] | None:

@@ -1,0 +1,64 @@
+"""How many shares of one GPU's size the whole cluster could still take: a pass's vector check for jobs of many
+GPU shares.
+
+A job of ``k`` instances of a share ``s`` of a GPU can start only if the GPUs together take ``k`` more shares of
+``s``: the sum over GPUs of ``free // s``, an upper bound of what the filters' room per machine allows (GPU
+memory, CPU and memory aside, like ``placement.filters.gpu_share.GpuShare.room_bound``). The free totals do not
+say it: a cluster of half-used GPUs has the milli-GPUs of a job of many 0.6 shares but room for none. Most of
+the jobs a pass on a busy cluster passes over are such jobs; asked one by one, each cost the filters' room per
+machine on the snapshot of the moment.
+
+Counted from the histogram of the GPUs' free milli-GPUs (one pass over the GPUs per snapshot), times, for each
+share size of the replay's jobs, ``free // s`` per level: every job's bound in one matrix product.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from placement.model.feasibility import Need
+from placement.model.snapshot import MILLI, ClusterSnapshot
+
+IntArray = npt.NDArray[np.int64]
+
+
+class ShareRoom:
+    """Per job of the replay, whether the cluster's GPUs could take its shares (jobs of one task of two or more
+    instances of a share of a GPU that accept any GPU type; every other job passes)."""
+
+    def __init__(self, needs: Sequence[tuple[Need, int, bool]]) -> None:
+        """``needs``: per job, its one task's demand, instances and whether it accepts any GPU type (a job of
+        several tasks: any of its tasks with instances 0)."""
+        sizes = sorted({need.gpu_milli for need, count, any_type in needs if _counted(need, count, any_type)})
+        self._size_at = {size: k for k, size in enumerate(sizes)}
+        self.checks = bool(sizes)
+        none = len(sizes)  # a row of its own for the jobs not checked: room never short
+        self.size = np.array([self._size_at[need.gpu_milli] if _counted(need, count, any_type) else none
+                              for need, count, any_type in needs], dtype=np.int64)
+        self.count = np.array([count if _counted(need, count, any_type) else 0 for need, count, any_type in needs],
+                              dtype=np.int64)
+        levels = np.arange(MILLI + 1, dtype=np.int64)
+        self._floors = (levels[None, :] // np.array(sizes or [MILLI], dtype=np.int64)[:, None]) if sizes else \
+            np.zeros((0, MILLI + 1), dtype=np.int64)
+        self._kept: tuple[int, IntArray] = (-1, np.zeros(0, dtype=np.int64))
+
+    def room(self, snapshot: ClusterSnapshot) -> IntArray:
+        """Per share size, then one entry for the jobs not checked: how many shares the GPUs could take."""
+        if self._kept[0] != snapshot.generation:
+            free = MILLI - snapshot.gpu_milli_used
+            histogram = np.bincount(free, minlength=MILLI + 1)
+            unbounded = np.array([np.iinfo(np.int64).max], dtype=np.int64)
+            self._kept = (snapshot.generation, np.concatenate([self._floors @ histogram, unbounded]))
+        return self._kept[1]
+
+    def covers(self, snapshot: ClusterSnapshot, jobs: IntArray | slice) -> npt.NDArray[np.bool_]:
+        """Whether the GPUs could take the shares of each of ``jobs`` (indices, or a slice of every job)."""
+        found: npt.NDArray[np.bool_] = self.count[jobs] <= self.room(snapshot)[self.size[jobs]]
+        return found
+
+
+def _counted(need: Need, count: int, any_type: bool) -> bool:
+    return count > 1 and any_type and 0 < need.gpu_milli < MILLI and not need.whole_gpus
