@@ -127,8 +127,7 @@ class GpuShare:
         milli, layout = need.gpu_milli, usage.layout
 
         def make() -> IntArray:
-            per_gpu = (MILLI - usage.gpu_milli) // milli
-            return np.bincount(layout.gpu_machine, weights=per_gpu, minlength=len(layout.cpu_cap)).astype(np.int64)
+            return layout.per_machine((MILLI - usage.gpu_milli) // milli)
 
         return usage.remember(("gpu-share room", milli), make)
 

@@ -38,6 +38,8 @@ FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 MILLI = 1000
 MIB_PER_GIB = 1024
+LARGE_MACHINE_GPUS = 64
+"""GPUs per machine on average from which sums per machine run over contiguous GPUs (``Derived.gpu_starts``)."""
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -83,6 +85,14 @@ class Layout:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "derived", Derived(self))
+
+    def per_machine(self, per_gpu: npt.NDArray[np.int64] | npt.NDArray[np.bool_]) -> IntArray:
+        """The sum of ``per_gpu`` (integers or flags, one per GPU) over each machine's GPUs."""
+        starts = self.derived.gpu_starts
+        if starts is not None:
+            summed: IntArray = np.add.reduceat(per_gpu.astype(np.int64, copy=False), starts)
+            return summed
+        return np.bincount(self.gpu_machine, weights=per_gpu, minlength=len(self.cpu_cap)).astype(np.int64)
 
     @staticmethod
     def of(caps: CapacityArrays) -> Layout:
@@ -186,6 +196,18 @@ class Derived:
         from placement.model.states import StateIds  # that module imports this one
 
         return StateIds(self.layout)
+
+    @cached_property
+    def gpu_starts(self) -> IntArray | None:
+        """Where each machine's GPUs begin, for :meth:`Layout.per_machine` on a cluster of large machines, whose
+        sums per machine it then adds up in contiguous runs: on a node of thousands of GPUs a quarter of the time of
+        a weighted ``bincount``, which is the faster on many machines of a few GPUs (and the one that takes
+        machines without GPUs); ``None`` where that one is used."""
+        layout = self.layout
+        if not len(layout.gpu_count) or int(layout.gpu_count.min()) == 0 or \
+                len(layout.gpu_machine) < LARGE_MACHINE_GPUS * len(layout.gpu_count):
+            return None
+        return layout.gpu_first
 
     @cached_property
     def type_index(self) -> dict[str, int]:

@@ -133,8 +133,7 @@ class ClusterSnapshot:
         """Allocated milli-GPUs per machine (derived once per snapshot)."""
         sums = self._per_machine
         if sums.gpu_milli is None:
-            sums.gpu_milli = frozen(np.bincount(self.layout.gpu_machine, weights=self.gpu_milli_used,
-                                                minlength=len(self.cpu_used)).astype(np.int64))
+            sums.gpu_milli = frozen(self.layout.per_machine(self.gpu_milli_used))
         return sums.gpu_milli
 
     @property
@@ -161,9 +160,7 @@ class ClusterSnapshot:
         """Completely free GPUs per machine (no share and no memory taken)."""
         sums = self._per_machine
         if sums.free_whole is None:
-            free = (self.gpu_milli_used == 0) & (self.gpu_mem_used == 0)
-            counts = np.bincount(self.layout.gpu_machine, weights=free, minlength=len(self.cpu_used))
-            sums.free_whole = frozen(counts.astype(np.int64))
+            sums.free_whole = frozen(self.layout.per_machine((self.gpu_milli_used == 0) & (self.gpu_mem_used == 0)))
         return sums.free_whole
 
 

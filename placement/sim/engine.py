@@ -152,7 +152,6 @@ class _State:
     totals: np.ndarray = field(default_factory=lambda: np.zeros((5, 0), dtype=np.int64))
     """Per job (columns), its GPU milli, CPU milli, memory MiB, whole GPUs and largest share of one GPU (these
     two 0 on a fluid cluster): the free-totals check of a whole queue at once."""
-    is_waiting: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     share_room: ShareRoom | None = None
     """The GPUs' room for the shares of jobs of many shares (``placement.sim.share_room``; none on a fluid
     cluster)."""
@@ -181,7 +180,6 @@ def simulate(cluster: Cluster, jobs: Sequence[SimJob], policy: str, queue: Queue
                                               int(layout.mem_cap.sum())], runs, [0] * len(jobs), fluid=fluid,
                    totals=np.array([[d.gpu_milli, d.cpu_milli, d.mem_mib, *((0, 0) if fluid else _on_gpus(d))]
                                     for d in demands], dtype=np.int64).reshape(-1, 5).T.copy(),
-                   is_waiting=np.zeros(len(jobs), dtype=bool),
                    share_room=None if fluid else ShareRoom([_one_task(j, d)
                                                             for j, d in zip(jobs, demands, strict=True)]))
     result = SimResult(records, total_gpus=float(cluster.total_gpus), runtime=runs.name)
@@ -238,7 +236,6 @@ def _arrive(state: _State, job: SimJob, i: int, demand: _Demand, place: OnlinePo
         records[i].never_fits, records[i].reasons = True, reasons
     else:
         state.waiting.add(i, job)
-        state.is_waiting[i] = True
         state.new.append(i)
 
 
@@ -314,7 +311,6 @@ def _schedule_fluid(state: _State, jobs: Sequence[SimJob], demands: Sequence[_De
         demand = demands[i]
         result.decisions += 1
         state.waiting.remove(i)
-        state.is_waiting[i] = False
         _account(state, jobs[i], demand, +1)
         records[i].start_s = now
         _due(state, [(i, now + jobs[i].duration_s)], events, records)  # the trace runtime: no placement to slow it
@@ -352,9 +348,9 @@ def _covering(state: _State, indices: np.ndarray) -> np.ndarray:
     return found
 
 
-def _covers(state: _State, jobs: np.ndarray | slice) -> np.ndarray:
-    """Whether the free totals cover each of ``jobs`` (indices, or a slice of every job): one comparison per total,
-    and'ed (half the time of comparing the whole block and reducing it over its rows)."""
+def _covers(state: _State, jobs: np.ndarray) -> np.ndarray:
+    """Whether the free totals cover each of ``jobs`` (indices): one comparison per total, and'ed (half the time of
+    comparing the whole block and reducing it over its rows)."""
     free = [*state.free] if state.fluid else [*state.free, _free_whole(state), state.free_whole[2]]
     totals = state.totals
     covered: np.ndarray = totals[0, jobs] <= free[0]
@@ -367,10 +363,14 @@ def _offer(state: _State, shares: dict[str, float]) -> list[int]:
     """The waiting jobs whose totals (and whole GPUs) the free totals cover, in queue order: every job that may
     start in a pass (within a pass the cluster only fills), found for the whole queue in a few vector
     operations."""
-    chosen = state.is_waiting & _covers(state, slice(None))
-    if state.share_room is not None and state.share_room.checks:  # see _covered
-        chosen &= state.share_room.covers(state.snapshot, slice(None))
-    return state.waiting.among(chosen, shares)
+
+    def keep(waiting: np.ndarray) -> np.ndarray:
+        covered = _covers(state, waiting)
+        if state.share_room is not None and state.share_room.checks:  # see _covered
+            covered &= state.share_room.covers(state.snapshot, waiting)
+        return covered
+
+    return state.waiting.among(keep, shares)
 
 
 def _beyond_pool(demand: _Demand, layout: Layout) -> tuple[str, ...] | None:
@@ -410,7 +410,6 @@ def _start(state: _State, jobs: Sequence[SimJob], demands: Sequence[_Demand], i:
            now: float, events: list[Event], records: list[JobRecord]) -> None:
     state.snapshot = apply(state.snapshot, allocation)
     state.waiting.remove(i)
-    state.is_waiting[i] = False
     _account(state, jobs[i], demands[i], +1)
     records[i].start_s = now
     _due(state, state.runtime.start(i, allocation, now), events, records)

@@ -33,6 +33,8 @@ from placement.sim.jobs import SimJob
 
 UserShares = Mapping[str, float]
 BoolArray = npt.NDArray[np.bool_]
+Keep = Callable[[npt.NDArray[np.int64]], BoolArray]
+"""Given waiting jobs' indices, which of them to keep."""
 Key = tuple[float, float, str]
 
 
@@ -53,8 +55,9 @@ class WaitingQueue(Protocol):
         """Some of the waiting jobs, in offer order."""
         ...
 
-    def among(self, chosen: BoolArray, shares: UserShares) -> list[int]:
-        """The waiting jobs ``i`` with ``chosen[i]`` (an array over every job of the replay), in offer order."""
+    def among(self, keep: Keep, shares: UserShares) -> list[int]:
+        """The waiting jobs ``keep`` keeps, in offer order (it is given waiting jobs' indices, as an array, and says
+        which of them to keep: a pass asks about the waiting jobs alone, not every job of the replay)."""
         ...
 
 
@@ -104,9 +107,9 @@ class _StaticQueue:
     def order_of(self, indices: list[int], shares: UserShares) -> list[int]:
         return sorted(indices, key=self.jobs.keys.__getitem__)  # stable: equal keys keep the callers' order
 
-    def among(self, chosen: BoolArray, shares: UserShares) -> list[int]:
+    def among(self, keep: Keep, shares: UserShares) -> list[int]:
         order = np.asarray(self.jobs.order, dtype=np.int64)
-        picked: list[int] = order[chosen[order]].tolist()
+        picked: list[int] = order[keep(order)].tolist()
         return picked
 
 
@@ -157,8 +160,9 @@ class _DrfQueue:
 
         return sorted(indices, key=key)
 
-    def among(self, chosen: BoolArray, shares: UserShares) -> list[int]:
-        return self.order_of([i for i in np.flatnonzero(chosen).tolist() if i in self.user_of], shares)
+    def among(self, keep: Keep, shares: UserShares) -> list[int]:
+        waiting = np.fromiter(self.user_of, dtype=np.int64, count=len(self.user_of))
+        return self.order_of(waiting[keep(waiting)].tolist(), shares)
 
 
 @dataclass(frozen=True)

@@ -54,8 +54,8 @@ class ShareRoom:
             self._kept = (snapshot.generation, np.concatenate([self._floors @ histogram, unbounded]))
         return self._kept[1]
 
-    def covers(self, snapshot: ClusterSnapshot, jobs: IntArray | slice) -> npt.NDArray[np.bool_]:
-        """Whether the GPUs could take the shares of each of ``jobs`` (indices, or a slice of every job)."""
+    def covers(self, snapshot: ClusterSnapshot, jobs: IntArray) -> npt.NDArray[np.bool_]:
+        """Whether the GPUs could take the shares of each of ``jobs`` (indices)."""
         found: npt.NDArray[np.bool_] = self.count[jobs] <= self.room(snapshot)[self.size[jobs]]
         return found
 

@@ -47,7 +47,7 @@ def test_jobs_not_of_many_shares_of_any_gpu_type_are_never_held_back() -> None:
     room = ShareRoom([(whole, 4, True), (one, 1, True), (typed, 4, False), (one, 0, False)])
     assert not room.checks
     full = ClusterSnapshot.empty(build_cluster("synthetic", [Machine("m0", "T4", 1, 8, 32)]))
-    assert room.covers(full, slice(None)).all()
+    assert room.covers(full, np.arange(4)).all()
 
 
 def shared(job_id: str, share: float, instances: int, submit: float, duration: float) -> SimJob:
@@ -63,7 +63,7 @@ def test_a_replay_decides_the_same_with_and_without_the_check() -> None:
                    float(rng.integers(5, 60))) for k in range(150)]
     covers, held_back = ShareRoom.covers, []
 
-    def counting(self: ShareRoom, snapshot: ClusterSnapshot, jobs: np.ndarray | slice) -> np.ndarray:
+    def counting(self: ShareRoom, snapshot: ClusterSnapshot, jobs: np.ndarray) -> np.ndarray:
         found = covers(self, snapshot, jobs)
         held_back.append(int(np.count_nonzero(~found & self.count[jobs].astype(bool))))
         return found
