@@ -62,24 +62,33 @@ class WaitingQueue(Protocol):
 
 
 class _Sorted:
-    """A list of (key, index) kept sorted, and its indices alone beside it (to pick from in vector operations);
-    removal by index through the key remembered at insertion."""
+    """A list of (key, index) kept sorted, and its indices alone beside it in an array (``order``: to pick from in
+    vector operations without turning a list of thousands into an array on every pass); removal by index through
+    the key remembered at insertion."""
 
     def __init__(self) -> None:
         self.items: list[tuple[Key, int]] = []
-        self.order: list[int] = []
         self.keys: dict[int, Key] = {}
+        self._order = np.zeros(64, dtype=np.int64)
+
+    @property
+    def order(self) -> npt.NDArray[np.int64]:
+        """The indices in order (a view: read it before the next change)."""
+        return self._order[:len(self.items)]
 
     def add(self, i: int, key: Key) -> None:
         self.keys[i] = key
-        at = bisect.bisect_left(self.items, (key, i))
+        at, size = bisect.bisect_left(self.items, (key, i)), len(self.items)
         self.items.insert(at, (key, i))
-        self.order.insert(at, i)
+        if size == len(self._order):
+            self._order = np.concatenate([self._order, np.zeros(size, dtype=np.int64)])
+        self._order[at + 1:size + 1] = self._order[at:size]
+        self._order[at] = i
 
     def remove(self, i: int) -> None:
         at = bisect.bisect_left(self.items, (self.keys.pop(i), i))
         del self.items[at]
-        del self.order[at]
+        self._order[at:len(self.items)] = self._order[at + 1:len(self.items) + 1]
 
     def __len__(self) -> int:
         return len(self.items)
@@ -102,13 +111,13 @@ class _StaticQueue:
         return len(self.jobs)
 
     def ordered(self, shares: UserShares) -> Iterator[int]:
-        return iter(list(self.jobs.order))
+        return iter(self.jobs.order.tolist())
 
     def order_of(self, indices: list[int], shares: UserShares) -> list[int]:
         return sorted(indices, key=self.jobs.keys.__getitem__)  # stable: equal keys keep the callers' order
 
     def among(self, keep: Keep, shares: UserShares) -> list[int]:
-        order = np.asarray(self.jobs.order, dtype=np.int64)
+        order = self.jobs.order
         picked: list[int] = order[keep(order)].tolist()
         return picked
 
