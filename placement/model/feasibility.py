@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from placement.model.demand import Job, Task
-from placement.model.snapshot import MIB_PER_GIB, MILLI, Allocation, ClusterSnapshot, InstancePlacement, IntArray, up
+from placement.model.snapshot import MIB_PER_GIB, MILLI, Allocation, ClusterSnapshot, IntArray, up
 
 
 @dataclass(frozen=True)
@@ -84,9 +84,7 @@ def violations(snapshot: ClusterSnapshot, job: Job, allocation: Allocation) -> l
         return problems
     if job.job_id in snapshot.allocations:
         return [f"job {job.job_id} is already allocated"]
-    needs = [need_of(t) for t in job.tasks]
-    for i, placement in enumerate(allocation.instances):
-        problems += _instance(snapshot, job.tasks[placement.task], needs[placement.task], placement, i)
+    problems = _instances(snapshot, job, allocation)
     if problems:
         return problems
     return _over_capacity(snapshot, allocation)
@@ -206,24 +204,48 @@ def _gang(job: Job, allocation: Allocation) -> list[str]:
     return []
 
 
-def _instance(snapshot: ClusterSnapshot, task: Task, need: Need, p: InstancePlacement, i: int) -> list[str]:
+def _instances(snapshot: ClusterSnapshot, job: Job, allocation: Allocation) -> list[str]:
+    """What each instance of ``allocation`` breaks on its own: its machine, GPU type, GPUs, share and amounts. One
+    loop over the instances, what each task asks worked out once (a job of many instances is checked on every
+    placement a policy makes)."""
     layout = snapshot.layout
-    if not 0 <= p.machine < len(layout.cpu_cap):
-        return [f"instance {i}: no machine {p.machine}"]
+    machines, types, gpu_type = len(layout.cpu_cap), layout.gpu_types, layout.gpu_type
+    gpu_first, gpu_count, caps = layout.gpu_first, layout.gpu_count, layout.gpu_mem_cap
+    asks = [_Asks.of(task) for task in job.tasks]
     problems: list[str] = []
-    if task.gpu > 0 and task.gpu_types:
-        machine_type = layout.gpu_types[layout.gpu_type.item(p.machine)]
-        if machine_type not in task.gpu_types:
-            problems.append(f"instance {i}: GPU type {machine_type} not in {sorted(task.gpu_types)}")
-    first = layout.gpu_first.item(p.machine)  # a machine's GPUs are numbered one after the other (Layout)
-    end = first + layout.gpu_count.item(p.machine)
-    on_machine = all(first <= g < end for g in p.gpus)
-    expected_gpus = need.whole_gpus or (1 if task.gpu > 0 else 0)
-    if len(set(p.gpus)) != len(p.gpus) or len(p.gpus) != expected_gpus or not on_machine:
-        problems.append(f"instance {i}: needs {expected_gpus} distinct GPU(s) of machine {p.machine}, got {p.gpus}")
-        return problems
-    if p.gpus and (p.gpu_milli < need.gpu_milli or p.gpu_mem_mib < need.gpu_mem_on(layout.gpu_mem_cap.item(p.gpus[0]))):
-        problems.append(f"instance {i}: holds less GPU share or memory than it needs")
-    if p.cpu_milli < need.cpu_milli or p.mem_mib < need.mem_mib:
-        problems.append(f"instance {i}: holds less CPU or memory than it needs")
+    for i, p in enumerate(allocation.instances):
+        ask, m, gpus = asks[p.task], p.machine, p.gpus
+        if not 0 <= m < machines:
+            problems.append(f"instance {i}: no machine {m}")
+            continue
+        if ask.types and types[gpu_type.item(m)] not in ask.types:
+            problems.append(f"instance {i}: GPU type {types[gpu_type.item(m)]} not in {sorted(ask.types)}")
+        first = gpu_first.item(m)  # a machine's GPUs are numbered one after the other (Layout)
+        end = first + gpu_count.item(m)
+        if len(gpus) != ask.gpus or not all(first <= g < end for g in gpus) or (
+                len(gpus) > 1 and len(set(gpus)) != len(gpus)):
+            problems.append(f"instance {i}: needs {ask.gpus} distinct GPU(s) of machine {m}, got {gpus}")
+            continue
+        need = ask.need
+        if gpus and (p.gpu_milli < need.gpu_milli or p.gpu_mem_mib < need.gpu_mem_on(caps.item(gpus[0]))):
+            problems.append(f"instance {i}: holds less GPU share or memory than it needs")
+        if p.cpu_milli < need.cpu_milli or p.mem_mib < need.mem_mib:
+            problems.append(f"instance {i}: holds less CPU or memory than it needs")
     return problems
+
+
+@dataclass(frozen=True)
+class _Asks:
+    """What the checker holds each instance of a task to."""
+
+    need: Need
+    gpus: int
+    """GPUs it must hold: its whole GPUs, 1 for a share, 0 without GPUs."""
+    types: frozenset[str]
+    """The GPU types it accepts (empty: any)."""
+
+    @staticmethod
+    def of(task: Task) -> _Asks:
+        need = need_of(task)
+        return _Asks(need, need.whole_gpus or (1 if task.gpu > 0 else 0), task.gpu_types if task.gpu > 0 else
+                     frozenset())

@@ -41,22 +41,26 @@ class ShareRoom:
         self.count = np.array([count if _counted(need, count, any_type) else 0 for need, count, any_type in needs],
                               dtype=np.int64)
         levels = np.arange(MILLI + 1, dtype=np.int64)
-        self._floors = (levels[None, :] // np.array(sizes or [MILLI], dtype=np.int64)[:, None]) if sizes else \
-            np.zeros((0, MILLI + 1), dtype=np.int64)
+        # whole numbers in floats, for a matrix product in BLAS: sums of at most 1,000 x the GPUs, exact
+        self._floors = (levels[None, :] // np.array(sizes or [MILLI], dtype=np.int64)[:, None]).astype(np.float64)
         self._kept: tuple[int, IntArray] = (-1, np.zeros(0, dtype=np.int64))
 
     def room(self, snapshot: ClusterSnapshot) -> IntArray:
         """Per share size, then one entry for the jobs not checked: how many shares the GPUs could take."""
         if self._kept[0] != snapshot.generation:
-            free = MILLI - snapshot.gpu_milli_used
-            histogram = np.bincount(free, minlength=MILLI + 1)
-            unbounded = np.array([np.iinfo(np.int64).max], dtype=np.int64)
-            self._kept = (snapshot.generation, np.concatenate([self._floors @ histogram, unbounded]))
+            histogram = np.bincount(MILLI - snapshot.gpu_milli_used, minlength=MILLI + 1).astype(np.float64)
+            room = np.empty(len(self._floors) + 1, dtype=np.int64)
+            room[:-1] = self._floors @ histogram
+            room[-1] = np.iinfo(np.int64).max
+            self._kept = (snapshot.generation, room)
         return self._kept[1]
 
     def covers(self, snapshot: ClusterSnapshot, jobs: IntArray) -> npt.NDArray[np.bool_]:
         """Whether the GPUs could take the shares of each of ``jobs`` (indices)."""
-        found: npt.NDArray[np.bool_] = self.count[jobs] <= self.room(snapshot)[self.size[jobs]]
+        count = self.count[jobs]
+        if not count.any():  # none of them is checked: the room need not be counted
+            return np.ones(len(count), dtype=bool)
+        found: npt.NDArray[np.bool_] = count <= self.room(snapshot)[self.size[jobs]]
         return found
 
 
