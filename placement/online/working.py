@@ -257,20 +257,25 @@ class WorkingState:
         per_gpu = share_mem_per_gpu(self.layout, need, span)
         if count == 1:  # the fullest that fits, the first among equals: no order of every GPU
             usable = np.flatnonzero((milli + need.gpu_milli <= MILLI) & (mem + per_gpu <= caps) & (caps > 0))
-            gpus = usable[np.argmax(milli[usable]):][:1] if len(usable) else usable
+            touched = usable[np.argmax(milli[usable]):][:1] if len(usable) else usable
+            taken = np.ones(len(touched), dtype=np.int64)
         else:
             room = share_room_per_gpu(milli, mem, caps, need, per_gpu)
-            usable = np.flatnonzero(room > 0)
-            order = usable[np.lexsort((usable, -milli[usable]))]
-            enough = int(np.searchsorted(np.cumsum(room[order]), count)) + 1
-            gpus = np.repeat(order[:enough], room[order[:enough]])[:count]
-        touched = np.unique(gpus)
+            usable = np.flatnonzero(room > 0)  # ascending: a stable order by fullness keeps the lowest first
+            order = usable[np.argsort(-milli[usable], kind="stable")]
+            touched = order[:int(np.searchsorted(np.cumsum(room[order]), count)) + 1]
+            taken = room[touched]  # each filled in turn, the last only as far as the count goes
+            excess = int(taken.sum()) - count
+            if excess > 0:
+                taken[-1] -= excess
         if keep:
             self.free_whole[machine] -= int(np.count_nonzero((milli[touched] == 0) & (mem[touched] == 0)))
-        np.add.at(milli, gpus, need.gpu_milli)
-        np.add.at(mem, gpus, per_gpu[gpus])
+        milli[touched] += taken * need.gpu_milli  # each GPU once: no unbuffered adds
+        mem[touched] += taken * per_gpu[touched]
+        gpus = np.repeat(touched, taken).tolist()
+        held = per_gpu[touched].tolist()
         return [InstancePlacement(task_index, machine, (span.start + g,), need.gpu_milli, m, need.cpu_milli,
-                                  need.mem_mib) for g, m in zip(gpus.tolist(), per_gpu[gpus].tolist(), strict=True)]
+                                  need.mem_mib) for g, m in zip(gpus, np.repeat(held, taken).tolist(), strict=True)]
 
     def put(self, placement: InstancePlacement) -> None:
         """Hold ``placement`` where it says (its GPUs as given, not chosen here), as :meth:`take` would have."""
