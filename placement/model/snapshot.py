@@ -197,7 +197,7 @@ def _with(snapshot: ClusterSnapshot, allocation: Allocation, sign: int,
     gpu_milli, gpu_mem = snapshot.gpu_milli_used.copy(), snapshot.gpu_mem_used.copy()
     cpu, mem = snapshot.cpu_used.copy(), snapshot.mem_used.copy()
     instances = allocation.instances
-    held, machines = _held_gpus(allocation), _per_machine(allocation)
+    held, machines = _held_gpus(allocation), _amounts_by_machine(allocation)
     if held is None:
         for p in instances:
             for g in p.gpus:
@@ -258,7 +258,7 @@ MANY_HELD = 32
 """From this many GPUs an allocation holds, a snapshot adds and takes them in numpy (below, one by one is faster)."""
 
 
-def _per_machine(allocation: Allocation) -> dict[int, tuple[int, int, int]]:
+def _amounts_by_machine(allocation: Allocation) -> dict[int, tuple[int, int, int]]:
     """Per machine ``allocation`` holds, its CPU, memory and milli-GPUs there (added as Python integers: one
     update of each array per machine, not per instance)."""
     sums: dict[int, tuple[int, int, int]] = {}

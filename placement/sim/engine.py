@@ -31,6 +31,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -338,18 +339,24 @@ def _while_covered(state: _State, offer: list[int]) -> Iterator[int]:
 
 
 def _covered(state: _State, indices: Sequence[int] | np.ndarray) -> list[int]:
-    """``indices``, in their order, less the jobs whose totals the free totals do not cover, or whose shares the
-    GPUs do not (:class:`ShareRoom`: once a pass; after each start, the totals alone, as the room changes with
-    every start and few jobs of many shares are offered)."""
-    found = _covering(state, np.asarray(indices, dtype=np.int64))
-    if state.share_room is not None and state.share_room.checks:
-        found = found[state.share_room.covers(state.snapshot, found)]
-    kept: list[int] = found.tolist()
+    """``indices``, in their order, less the jobs that cannot start now (:func:`_may_start`)."""
+    found = np.asarray(indices, dtype=np.int64)
+    kept: list[int] = found[_may_start(state, found)].tolist()
     return kept
 
 
+def _may_start(state: _State, jobs: np.ndarray) -> np.ndarray:
+    """Whether the free totals cover each of ``jobs`` (indices) and the GPUs could take its shares
+    (:class:`ShareRoom`): what a pass checks of its offer at once. After each start only the totals are checked
+    again (:func:`_covering`): the room changes with every start, and counting it then cost more than it saved."""
+    found = _covers(state, jobs)
+    if state.share_room is not None and state.share_room.checks:
+        found &= state.share_room.covers(state.snapshot, jobs)
+    return found
+
+
 def _covering(state: _State, indices: np.ndarray) -> np.ndarray:
-    """:func:`_covered` of an array of indices, as an array."""
+    """``indices``, in their order, less the jobs whose totals the free totals do not cover (after a start)."""
     found: np.ndarray = indices[_covers(state, indices)]
     return found
 
@@ -358,7 +365,7 @@ def _covers(state: _State, jobs: np.ndarray) -> np.ndarray:
     """Whether the free totals cover each of ``jobs`` (indices): one comparison per total some job asks for (a
     replay without memory demands never compares memory), and'ed (half the time of comparing the whole block and
     reducing it over its rows)."""
-    on_gpus = not state.fluid and state.asked and state.asked[-1] >= len(state.free)
+    on_gpus = not state.fluid and bool(state.asked) and state.asked[-1] >= len(state.free)
     free = [*state.free, _free_whole(state), state.free_whole[2]] if on_gpus else state.free
     totals = state.totals
     covered: np.ndarray = np.ones(len(jobs), dtype=bool)
@@ -371,14 +378,7 @@ def _offer(state: _State, shares: dict[str, float]) -> list[int]:
     """The waiting jobs whose totals (and whole GPUs) the free totals cover, in queue order: every job that may
     start in a pass (within a pass the cluster only fills), found for the whole queue in a few vector
     operations."""
-
-    def keep(waiting: np.ndarray) -> np.ndarray:
-        covered = _covers(state, waiting)
-        if state.share_room is not None and state.share_room.checks:  # see _covered
-            covered &= state.share_room.covers(state.snapshot, waiting)
-        return covered
-
-    return state.waiting.among(keep, shares)
+    return state.waiting.among(partial(_may_start, state), shares)
 
 
 def _beyond_pool(demand: _Demand, layout: Layout) -> tuple[str, ...] | None:

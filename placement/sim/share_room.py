@@ -31,7 +31,7 @@ class ShareRoom:
 
     def __init__(self, needs: Sequence[tuple[Need, int, bool]]) -> None:
         """``needs``: per job, its one task's demand, instances and whether it accepts any GPU type (a job of
-        several tasks: any of its tasks with instances 0)."""
+        several tasks comes with 0 instances: it is not checked)."""
         sizes = sorted({need.gpu_milli for need, count, any_type in needs if _counted(need, count, any_type)})
         self._size_at = {size: k for k, size in enumerate(sizes)}
         self.checks = bool(sizes)
