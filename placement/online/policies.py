@@ -40,6 +40,7 @@ puts each share on the GPU of its machine that adds the least fragmentation.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from types import MappingProxyType
@@ -203,10 +204,15 @@ def _learning(name: str, terms: Callable[[Fragmentation], tuple[Term, ...]], set
     """The policy ``name`` with its own fragmentation scorer, which also chooses the GPUs of what it placed."""
     scorer = Fragmentation(mix)
     chooser = WeightedSum(terms(scorer))
+    one_at_a_time = threading.Lock()
 
     def place(snapshot: ClusterSnapshot, job: Job) -> Decision:
-        decision = place_greedy(snapshot, job, name, chooser, settings, explain, fills)
-        chosen = scorer.choose_gpus(snapshot, job, decision)
+        # The scorer learns from each job and keeps what it worked out for the next decision: a decision made
+        # while another thread's changed it could read a shape table without its kernel (the service decides
+        # from several threads with one policy object).
+        with one_at_a_time:
+            decision = place_greedy(snapshot, job, name, chooser, settings, explain, fills)
+            chosen = scorer.choose_gpus(snapshot, job, decision)
         if explain and chosen is not decision and chosen.allocation is not None:
             score = breakdown(snapshot, job, chosen.allocation, settings)
             score["latency_ms"] = decision.score["latency_ms"]
