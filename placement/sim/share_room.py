@@ -32,17 +32,18 @@ class ShareRoom:
     def __init__(self, needs: Sequence[tuple[Need, int, bool]]) -> None:
         """``needs``: per job, its one task's demand, instances and whether it accepts any GPU type (a job of
         several tasks comes with 0 instances: it is not checked)."""
-        sizes = sorted({need.gpu_milli for need, count, any_type in needs if _counted(need, count, any_type)})
-        self._size_at = {size: k for k, size in enumerate(sizes)}
+        checked = [_counted(need, count, any_type) for need, count, any_type in needs]
+        sizes = sorted({need.gpu_milli for (need, _, _), check in zip(needs, checked, strict=True) if check})
+        size_at = {size: k for k, size in enumerate(sizes)}
         self.checks = bool(sizes)
         none = len(sizes)  # a row of its own for the jobs not checked: room never short
-        self.size = np.array([self._size_at[need.gpu_milli] if _counted(need, count, any_type) else none
-                              for need, count, any_type in needs], dtype=np.int64)
-        self.count = np.array([count if _counted(need, count, any_type) else 0 for need, count, any_type in needs],
+        self.size = np.array([size_at[need.gpu_milli] if check else none
+                              for (need, _, _), check in zip(needs, checked, strict=True)], dtype=np.int64)
+        self.count = np.array([count if check else 0 for (_, count, _), check in zip(needs, checked, strict=True)],
                               dtype=np.int64)
         levels = np.arange(MILLI + 1, dtype=np.int64)
         # whole numbers in floats, for a matrix product in BLAS: sums of at most 1,000 x the GPUs, exact
-        self._floors = (levels[None, :] // np.array(sizes or [MILLI], dtype=np.int64)[:, None]).astype(np.float64)
+        self._floors = (levels[None, :] // np.array(sizes, dtype=np.int64).reshape(-1, 1)).astype(np.float64)
         self._kept: tuple[int, IntArray] = (-1, np.zeros(0, dtype=np.int64))
 
     def room(self, snapshot: ClusterSnapshot) -> IntArray:
