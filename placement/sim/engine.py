@@ -453,7 +453,7 @@ def _may_fit(state: _State, job: SimJob, demand: _Demand, gpu_only: bool = False
             if not len(usage.cpu):
                 return False
             continue
-        if not (room.any() if task.instances == 1 else int(np.minimum(room, task.instances).sum()) >= task.instances):
+        if int(np.minimum(room, task.instances).sum()) < task.instances:
             return False
     return True
 

@@ -33,13 +33,7 @@ class PassMemo:
     def known_to_fail(self, gpu_part: Hashable, sizes: Sizes, shape: Hashable) -> bool:
         if shape in self.shapes or self.gpu_checked.get(gpu_part) is False:
             return True
-        frontier = self.frontier.get(gpu_part)
-        if not frontier:
-            return False
-        if len(sizes) == 1:  # one task, as most jobs: the comparison without a loop over tasks
-            (cpu, mem), = sizes
-            return any(failed[0][0] <= cpu and failed[0][1] <= mem for failed in frontier)
-        return any(_dominates(sizes, failed) for failed in frontier)
+        return any(_dominates(sizes, failed) for failed in self.frontier.get(gpu_part, ()))
 
     def could_not_start(self, gpu_part: Hashable, sizes: Sizes) -> None:
         kept = [failed for failed in self.frontier.get(gpu_part, ()) if not _dominates(failed, sizes)]
