@@ -15,11 +15,10 @@ import numpy as np
 
 from placement.filters.base import UNBOUNDED, Usage, largest
 from placement.model.feasibility import Need
+from placement.model.layout import (
+    FEW_GPUS_PER_MACHINE as FEW_GPUS_PER_MACHINE,  # read here by the policies (tests set it)
+)
 from placement.model.layout import MIB_PER_GIB, MILLI, BoolArray, IntArray, Layout, frozen
-
-FEW_GPUS_PER_MACHINE = 64
-"""Up to this many GPUs a machine's GPUs are handled as Python integers (faster than numpy calls);
-above it (a "big node" of thousands of GPUs) in numpy."""
 
 
 def share_mem_per_gpu(layout: Layout, need: Need, span: slice) -> IntArray:

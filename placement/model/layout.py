@@ -38,8 +38,10 @@ FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 MILLI = 1000
 MIB_PER_GIB = 1024
-LARGE_MACHINE_GPUS = 64
-"""GPUs per machine on average from which sums per machine run over contiguous GPUs (``Derived.gpu_starts``)."""
+FEW_GPUS_PER_MACHINE = 64
+"""Up to this many GPUs a machine's GPUs are handled as Python integers (faster than numpy calls); above it (a
+"big node" of thousands of GPUs) in numpy, and a cluster of such machines alone sums over each machine's run of
+GPUs (``Derived.gpu_starts``)."""
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -199,13 +201,12 @@ class Derived:
 
     @cached_property
     def gpu_starts(self) -> IntArray | None:
-        """Where each machine's GPUs begin, for :meth:`Layout.per_machine` on a cluster of large machines, whose
-        sums per machine it then adds up in contiguous runs: on a node of thousands of GPUs a quarter of the time of
-        a weighted ``bincount``, which is the faster on many machines of a few GPUs (and the one that takes
-        machines without GPUs); ``None`` where that one is used."""
+        """Where each machine's GPUs begin, for :meth:`Layout.per_machine` on a cluster of large machines only
+        (:data:`FEW_GPUS_PER_MACHINE`), whose sums per machine it then adds up in contiguous runs: on a node of
+        thousands of GPUs a quarter of the time of a weighted ``bincount``, which is the faster on many machines of
+        a few GPUs; ``None`` where that one is used."""
         layout = self.layout
-        if not len(layout.gpu_count) or int(layout.gpu_count.min()) == 0 or \
-                len(layout.gpu_machine) < LARGE_MACHINE_GPUS * len(layout.gpu_count):
+        if not len(layout.gpu_count) or int(layout.gpu_count.min()) <= FEW_GPUS_PER_MACHINE:
             return None
         return layout.gpu_first
 
