@@ -144,22 +144,30 @@ def _guaranteed(state: CycleState, jobs: dict[str, list[PendingJob]]) -> list[Pe
         others = [turn for queue, turn in turns.items() if queue != name]
         bound = min(others) if others else None
         line, i, book_version = lines[name], taken[name], state.book.version
+        # the queue's shares while the book stays, and the bound in two parts: no turn made per job to compare
+        queue_shares: dict[int, tuple[int, float]] = {}
+        parts = (bound[:2], bound[2:]) if bound is not None else None
         while True:
             facts = line[i]
             i += 1
             reason = _decide(state, facts, heads_reserved)
             if reason in _LATE and state.now - facts.pending.submit_s >= patience:
                 late.append(facts.pending)
-            taken[name] = i
             if state.book.version != book_version:  # every head's turn may have moved
+                taken[name] = i
                 turns = {n: _turn(state, lines[n][taken[n]], shares) for n in turns if taken[n] < len(lines[n])}
                 break
             if i == len(line):
+                taken[name] = i
                 del turns[name]
                 break
-            turn = _turn(state, line[i], shares)
-            if bound is not None and turn > bound:
-                turns[name] = turn
+            facts = line[i]
+            share = queue_shares.get(facts.shape)
+            if share is None:
+                share = queue_shares[facts.shape] = _share(state, facts, shares)
+            if parts is not None and (share, facts.turn) > parts:
+                taken[name] = i
+                turns[name] = share + facts.turn
                 break
     return late
 
@@ -170,8 +178,13 @@ _LATE = (WaitReason.OVER_QUOTA, WaitReason.WOULD_DELAY_RESERVATION)
 
 def _turn(state: CycleState, facts: Facts, shares: dict[tuple[int, str, int], tuple[int, float]]) -> Turn:
     """When a job goes, heads of the queues compared: within its guarantee first, else by the borrowed share
-    it would have; then priority, submit time, id. ``shares`` keeps the first two per book state and job
-    shape."""
+    it would have (:func:`_share`); then priority, submit time, id."""
+    return _share(state, facts, shares) + facts.turn
+
+
+def _share(state: CycleState, facts: Facts, shares: dict[tuple[int, str, int], tuple[int, float]]) -> tuple[int, float]:
+    """The first two parts of the job's turn: (0, 0.0) within its queue's guarantee, else (1, the borrowed share
+    it would have); ``shares`` keeps them per book state and job shape."""
     queue = facts.pending.queue
     key = (state.book.version, queue, facts.shape)
     found = shares.get(key)
@@ -179,7 +192,7 @@ def _turn(state: CycleState, facts: Facts, shares: dict[tuple[int, str, int], tu
         demand = facts.demand
         found = shares[key] = ((0, 0.0) if state.book.within_guarantee(queue, demand)
                                else (1, state.book.borrowed_share(queue, demand)))
-    return found + facts.turn
+    return found
 
 
 def _decide(state: CycleState, facts: Facts, heads_reserved: set[str]) -> WaitReason | None:

@@ -22,9 +22,8 @@ place it could take delays the same one (:func:`_certain_blocker`).
 
 from __future__ import annotations
 
-import math
+import heapq
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
-from heapq import heapify, heappop
 
 import numpy as np
 
@@ -241,23 +240,16 @@ def _in_end_order(state: CycleState, until_s: float) -> Iterator[tuple[float, st
     (end, id): its end, its id, and whether the next one ends at the same time. A job without an estimate
     is never expected to end: nothing is reserved behind it.
 
-    From a heap made once per cycle (a reservation needs the first few ends, not thousands sorted): jobs
-    started since are pushed onto it (``CycleState.start``), and entries no longer in ``ends`` (preempted)
-    are passed over."""
-    if state.ending is None:
-        state.ending = [(end, job_id) for job_id, end in state.ends.items() if end != math.inf]
-        heapify(state.ending)
-    heap, ends = state.ending.copy(), state.ends
-
-    def drop_stale() -> None:
-        while heap and ends.get(heap[0][1]) != heap[0][0]:
-            heappop(heap)
-
-    drop_stale()
-    while heap and heap[0][0] <= until_s:
-        end, job_id = heappop(heap)
-        drop_stale()
-        yield end, job_id, bool(heap) and heap[0][0] == end
+    The running jobs' ends come sorted (``placement.scheduling.running_index``), those started in this cycle
+    from a heap beside; entries no longer in ``ends`` (preempted) are passed over."""
+    ends = state.ends
+    merged = heapq.merge(state.ending, sorted(state.started_ending)) if state.started_ending else iter(state.ending)
+    held = (entry for entry in merged if ends.get(entry[1]) == entry[0])
+    after = next(held, None)
+    while after is not None and after[0] <= until_s:
+        end, job_id = after
+        after = next(held, None)
+        yield end, job_id, after is not None and after[0] == end
 
 
 class _Overlap:

@@ -221,7 +221,7 @@ def _candidates(state: CycleState, pending: PendingJob, reclaiming: bool) -> tup
     groups = _groups(state)
     lists: list[Iterable[RunningJob]] = [_ranked(state, None)] if None in groups else []
     own = groups.get(pending.queue, [])
-    if own and _lowest(state, pending.queue, own) < pending.priority:
+    if own and state.lowest[pending.queue] < pending.priority:
         lists.append(v for v in _ranked(state, pending.queue) if v.priority < pending.priority)
     if reclaiming:
         lists += [_ranked(state, queue) for queue in groups
@@ -241,14 +241,6 @@ def _groups(state: CycleState) -> dict[str | None, list[RunningJob]]:
     began (preempted ones are skipped where used)."""
     assert state.victim_groups is not None  # made by CycleState.begin
     return state.victim_groups
-
-
-def _lowest(state: CycleState, queue: str, jobs: list[RunningJob]) -> int:
-    """The lowest priority among a queue's victims (once per cycle)."""
-    found = state.probes.get(("lowest", queue))
-    if not isinstance(found, int):
-        found = state.probes[("lowest", queue)] = min(v.job.priority for v in jobs)
-    return found
 
 
 def _ranked(state: CycleState, group: str | None) -> list[RunningJob]:

@@ -1,8 +1,8 @@
 """The state one scheduling cycle changes as it decides: the snapshot with the plan so far applied, the
 quota book, the jobs still running and when each is estimated to end, the reservations held, and the
 plan's parts. Private to the cycle; nothing here outlives one call of ``schedule`` (what the memos of
-``placement.scheduling.memo`` and the indexes of ``placement.scheduling.screen`` keep is worked out
-from its inputs alone).
+``placement.scheduling.memo``, the indexes of ``placement.scheduling.screen`` and the running jobs' views of
+``placement.scheduling.running_index`` keep is worked out from its inputs alone).
 
 ``version`` counts the changes a later decision could see (a start, a preemption, a reservation held):
 decisions remembered at one version hold while it stays.
@@ -22,7 +22,7 @@ from placement.model.feasibility import crowded_by
 from placement.model.snapshot import Allocation, ClusterSnapshot, apply, release
 from placement.online.policies import OnlinePolicy
 from placement.scheduling.jobs import JobMode, PendingJob, RunningJob
-from placement.scheduling.memo import Outcomes, running_facts, told
+from placement.scheduling.memo import Outcomes, told
 from placement.scheduling.plan import (
     Plan,
     PlannedStart,
@@ -35,6 +35,7 @@ from placement.scheduling.plan import (
 from placement.scheduling.queues import QueueSet
 from placement.scheduling.quota import Admission, QuotaBook
 from placement.scheduling.resources import demand_of
+from placement.scheduling.running_index import running_views
 from placement.scheduling.screen import Screen
 from placement.scheduling.settings import SchedulingSettings
 
@@ -87,11 +88,15 @@ class CycleState:
     """The waits given per class of jobs at ``version`` (with ``screen`` only)."""
     victim_groups: dict[str | None, list[RunningJob]] | None = None
     """The running jobs preemption may take, by queue (``placement.scheduling.preemption``)."""
+    lowest: dict[str, int] = field(default_factory=dict)
+    """The lowest priority among each queue's ``victim_groups``."""
     ranked: dict[str | None, list[RunningJob]] = field(default_factory=dict)
     """Those of ``victim_groups`` in the order preemption takes them, per group once worked out."""
-    ending: list[tuple[float, str]] | None = None
-    """A heap of (end, id) of ``ends`` with a finite estimate, once made (``placement.scheduling.forecast``):
-    jobs that start are pushed; preempted ones stay, passed over where read."""
+    ending: list[tuple[float, str]] = field(default_factory=list)
+    """(end, id) of the running jobs of ``ends`` with a finite estimate, sorted (``placement.scheduling.forecast``);
+    preempted ones stay, passed over where read."""
+    started_ending: list[tuple[float, str]] = field(default_factory=list)
+    """The same of the jobs started in this cycle, a heap."""
     opportunistic: list[str] = field(default_factory=list)
     """The running opportunistic jobs, as given."""
     admissions: dict[tuple[int, str, int], Admission] = field(default_factory=dict)
@@ -134,39 +139,12 @@ class CycleState:
     @staticmethod
     def begin(snapshot: ClusterSnapshot, running: Sequence[RunningJob], queues: QueueSet, now: float,
               place: OnlinePolicy, settings: SchedulingSettings, shortcuts: bool = True) -> CycleState:
-        book = QuotaBook(queues)
-        by_id: dict[str, RunningJob] = {}
-        counted: set[str] = set()
-        ends: dict[str, float] = {}
-        opportunistic: list[str] = []
-        groups: dict[str | None, list[RunningJob]] = {}  # preemption's candidates, by queue
         allocations = dict(snapshot.allocations.items())  # one pass over the persistent map, then plain lookups
-        known, usage, layout = queues.queues, book.usage, snapshot.layout
-        guaranteed, lent = JobMode.GUARANTEED, JobMode.OPPORTUNISTIC
-        for job in running:  # thousands run: the loop is kept lean
-            job_id = job.job.job_id
-            allocation = allocations.get(job_id)
-            if allocation is None:
-                raise ValueError(f"running job {job_id!r} holds no allocation in the snapshot")
-            by_id[job_id] = job
-            mode = job.mode
-            if mode is lent:
-                opportunistic.append(job_id)
-                groups.setdefault(None, []).append(job)
-            elif mode is guaranteed:
-                demand, ends[job_id] = running_facts(job, allocation, layout)
-                queue = job.queue
-                if queue in known:
-                    used = usage.get(queue)
-                    if used is None:
-                        used = usage[queue] = {}
-                    for key, amount in demand.items():  # as book.add, in the same order: the same sums
-                        used[key] = used.get(key, 0.0) + amount
-                    counted.add(job_id)
-                    groups.setdefault(queue, []).append(job)
+        views = running_views(running, allocations, snapshot.layout, queues.queues)
         screen = Screen(snapshot.layout, settings.explain_waits) if shortcuts else None
-        return CycleState(snapshot.generation, now, queues, place, settings, snapshot, book, by_id, counted, ends,
-                          screen=screen, opportunistic=opportunistic, victim_groups=groups, allocated=allocations)
+        return CycleState(snapshot.generation, now, queues, place, settings, snapshot, QuotaBook(queues, views.usage),
+                          views.by_id, views.counted, views.ends, screen=screen, opportunistic=views.opportunistic,
+                          victim_groups=views.groups, lowest=views.lowest, allocated=allocations, ending=views.ending)
 
     def hold(self, held: Held) -> None:
         self.held.append(held)
@@ -185,8 +163,8 @@ class CycleState:
             self.book.add(job.queue, demand_of(job.job, allocation, self.working.layout))
             expected = job.estimate.expected_s
             end = self.ends[job.job_id] = self.now + expected if not math.isnan(expected) else math.inf
-            if self.ending is not None and math.isfinite(end):
-                heappush(self.ending, (end, job.job_id))
+            if math.isfinite(end):
+                heappush(self.started_ending, (end, job.job_id))
             cautious = job.estimate.cautious_s
             end = self.now + cautious if not math.isnan(cautious) else math.inf
             for held in self.held:
