@@ -215,7 +215,7 @@ def reserve(state: CycleState, pending: PendingJob, job: Job, kind: ReservationK
     for end, job_id, tied in _in_end_order(state, until_s):
         released.append(job_id)
         if future is not None:  # the policy is asked only once the job could fit
-            future.release(base.allocations[job_id])
+            future.release(state.allocation_of(job_id))
             if tied or not future.could_fit():
                 continue
             snapshot = future.snapshot()
@@ -228,7 +228,7 @@ def reserve(state: CycleState, pending: PendingJob, job: Job, kind: ReservationK
         decision = state.decide(fenced(snapshot, fences), job, RESERVING)
         if decision.allocation is not None:
             overlap = _Overlap(decision.allocation)
-            waits_for = tuple(j for j in released if overlap.with_(state.working.allocations[j]))
+            waits_for = tuple(j for j in released if overlap.with_(state.allocation_of(j)))
             reservation = Reservation(pending.job_id, pending.queue, kind, max(end, state.now), decision.allocation,
                                       waits_for)
             return Held(reservation, job, future.snapshot(released) if future is not None else snapshot)

@@ -126,7 +126,7 @@ class _Trial:
 
     def restore(self, victim: RunningJob) -> None:
         self._count(victim, +1)
-        allocation = self.state.working.allocations[victim.job_id]
+        allocation = self.state.allocation_of(victim.job_id)
         self.snapshot = apply(self.snapshot, allocation)
         self.futures.gone = tuple(job_id for job_id in self.futures.gone if job_id != victim.job_id)
 
@@ -205,7 +205,7 @@ def _taken(state: CycleState, pending: PendingJob, candidates: Sequence[RunningJ
 def _count(state: CycleState, book: QuotaBook, victim: RunningJob, sign: int) -> None:
     """Add (``sign`` 1) or take off (-1) ``victim``'s usage in ``book``, where the cycle's book counts it."""
     if victim.job_id in state.counted:
-        allocation = state.working.allocations[victim.job_id]
+        allocation = state.allocation_of(victim.job_id)
         book.add(victim.queue, demand_of(victim.job, allocation, state.working.layout), sign)
 
 

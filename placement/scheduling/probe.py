@@ -52,7 +52,7 @@ class _Probe:
         # the reservations' list, not the state: the state keeps the probe, and a probe keeping the state would
         # leave the whole cycle's state to the cyclic collector, whose full passes stall a later cycle
         self.held = state.held
-        self.gone = [state.working.allocations[v.job_id] for v in candidates]
+        self.gone = [state.allocation_of(v.job_id) for v in candidates]
         self.snapshot = without(state.working, self.gone, state.probes)
         self._fenced: dict[int, ClusterSnapshot] = {}
         self._futures: dict[int, ClusterSnapshot] = {}
@@ -125,7 +125,7 @@ def fewest_victims(state: CycleState, key: Hashable, job: Job, end_s: float, vic
     are the candidates :func:`could_start` passed)."""
     screen = state.screen
     assert screen is not None  # only asked where the cycle screens
-    gone = [state.working.allocations[v.job_id] for v in victims]
+    gone = [state.allocation_of(v.job_id) for v in victims]
     due = [h for h in state.held if end_s > h.reservation.at_s]
 
     def room(k: int) -> bool:

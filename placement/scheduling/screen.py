@@ -80,6 +80,8 @@ class RoomIndex:
         self.layout = layout
         self.tick = 0
         self._log: list[IntArray] = []
+        self._since: tuple[int, dict[int, IntArray | None]] = (0, {})
+        """At a tick, the machines changed since each number of ticks before it (:meth:`_changed_since`)."""
         """The machines changed at each of the last ticks (``_log[-1]``: at ``tick``)."""
         self._usage: tuple[IntArray, IntArray, IntArray, IntArray] | None = None
         self._snapshot: ClusterSnapshot | None = None
@@ -106,12 +108,18 @@ class RoomIndex:
         return self._view
 
     def _changed_since(self, tick: int) -> IntArray | None:
-        """The machines changed after ``tick``; ``None`` when too many, or too long ago, to patch."""
+        """The machines changed after ``tick``; ``None`` when too many, or too long ago, to patch (worked out once
+        per tick behind: the entries asked after a change were mostly last brought up to date at the same tick)."""
         behind = self.tick - tick
         if behind > len(self._log):
             return None
-        changed = self._log[-1] if behind == 1 else np.unique(np.concatenate(self._log[-behind:]))
-        return changed if len(changed) <= PATCH_MOST else None
+        if self._since[0] != self.tick:
+            self._since = (self.tick, {})
+        since = self._since[1]
+        if behind not in since:
+            changed = self._log[-1] if behind == 1 else np.unique(np.concatenate(self._log[-behind:]))
+            since[behind] = changed if len(changed) <= PATCH_MOST else None
+        return since[behind]
 
     def _entry(self, snapshot: ClusterSnapshot, need: Need, counted: bool) -> _Entry:
         usage = self._sync(snapshot)

@@ -131,6 +131,13 @@ class CycleState:
             return self.screen.unplaced(snapshot, job, place)
         return place(snapshot, job)
 
+    def allocation_of(self, job_id: str) -> Allocation:
+        """The allocation a running job holds in ``working``: looked up in the plain ``allocated`` for a job that
+        ran when the cycle began (its allocation is the same until it is preempted, and a preempted job is not
+        asked about), in the persistent map for one started since."""
+        found = self.allocated.get(job_id)
+        return found if found is not None else self.working.allocations[job_id]
+
     def policy_for(self, job: Job) -> OnlinePolicy:
         """The policy that places ``job``: the one its pending job names, else the cycle's."""
         name = self.policy_of.get(job.job_id) if self.policy_of else None
@@ -174,7 +181,7 @@ class CycleState:
         self.changed()
 
     def preempt(self, victim: RunningJob, reason: PreemptReason, for_job: str) -> None:
-        allocation = self.working.allocations[victim.job_id]
+        allocation = self.allocation_of(victim.job_id)
         self.working = release(self.working, victim.job_id)
         if victim.job_id in self.counted:
             self.book.add(victim.queue, demand_of(victim.job, allocation, self.working.layout), -1)
