@@ -132,7 +132,7 @@ def _run(trace: str, cluster_kind: str, gpus: int, rate: float, limit: int, runs
             done[run] = arrived
 
         summary = compare(cluster, replay, runs, folder, tick, window, runtime, network_term=network_term,
-                          runner=OnDask(client) if client is not None else None, fluid=fluid)
+                          runner=OnDask(client) if client is not None else None, fluid=fluid, cache=home() / "cache")
     console.print(summary_table(summary))
     console.print(f"summary.json, per-job CSV and plots: {folder}")
 
@@ -178,7 +178,8 @@ def sweep_command(
             steps.update(f"done {run.name}")
             steps.advance()
 
-        summaries = sweep(runs, setup, OnDask(client) if client is not None else None, model, done=done)
+        summaries = sweep(runs, setup, OnDask(client) if client is not None else None, model, done=done,
+                          cache=home() / "cache")
     folder = out or home() / "simulations" / f"sweep-{cluster}"
     folder.mkdir(parents=True, exist_ok=True)
     report = {"cluster": cluster, "jobs": jobs, "runtime": runtime, "network_term": network_term,

@@ -4,22 +4,18 @@ A replay builds the causal features of the whole trace (every earlier job's hist
 4 s) before it replays a few thousand jobs in about as long; the same trace gives the same features, so they
 are kept in ``folder`` as Parquet, named by a digest of the table (its values, index, columns and dtypes),
 the target spec and the source of ``training/features`` (a change of the code that makes them makes them
-again). A file is written whole or not at all (written aside, then renamed); one that cannot be read is
-made again. At most ``KEPT`` are kept, the least recently used dropped first.
+again); ``training.kept`` writes it whole or not at all, makes a damaged one again and keeps at most ``KEPT``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
-import os
 from pathlib import Path
 
 import pandas as pd
 
 from training.features.frames import TargetSpec, build_features
-
-log = logging.getLogger(__name__)
+from training.kept import kept
 
 KEPT = 8
 """Feature files kept in a folder (traces x targets a user replays)."""
@@ -31,25 +27,8 @@ def cached_features(table: pd.DataFrame, spec: TargetSpec, folder: Path | None) 
     ``folder`` is ``None``)."""
     if folder is None:
         return build_features(table, spec)[0]
-    path = folder / f"features-{digest(table, spec)}.parquet"
-    if path.exists():
-        try:
-            frame = pd.read_parquet(path)
-            os.utime(path)  # recently used: kept longest
-            return frame
-        except (OSError, ValueError) as exc:  # a damaged file is made again
-            log.warning("feature cache unreadable, building again", extra={"path": str(path), "error": str(exc)})
-    frame = build_features(table, spec)[0]
-    aside = path.with_name(f"{path.name}.{os.getpid()}.part")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        frame.to_parquet(aside)
-        os.replace(aside, path)
-        _prune(folder)
-    except OSError as exc:  # a read-only or full disk costs the next run the build, nothing else
-        aside.unlink(missing_ok=True)
-        log.warning("feature cache not written", extra={"path": str(path), "error": str(exc)})
-    return frame
+    return kept(folder / f"features-{digest(table, spec)}.parquet", lambda: build_features(table, spec)[0],
+                pd.read_parquet, lambda frame, aside: frame.to_parquet(aside), KEPT)
 
 
 def digest(table: pd.DataFrame, spec: TargetSpec) -> str:
@@ -62,9 +41,3 @@ def digest(table: pd.DataFrame, spec: TargetSpec) -> str:
         h.update(source.name.encode())
         h.update(source.read_bytes())
     return h.hexdigest()[:24]
-
-
-def _prune(folder: Path) -> None:
-    files = sorted(folder.glob("features-*.parquet"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in files[KEPT:]:
-        old.unlink(missing_ok=True)

@@ -33,7 +33,7 @@ from placement.sim.metrics import summarise
 from placement.sim.queues import queue_policy
 from placement.sim.runtime import MeasuredRuntime, Runtime
 from training.ingest.sources import get_source
-from training.performance.build import fit_speed_model
+from training.performance.cache import shipped_speed_model
 from training.replay.runners import Runner
 from training.replay.trace_jobs import causal_estimates, sim_jobs
 
@@ -106,7 +106,7 @@ def runtime_factory(name: str, speed: SpeedModel | None = None) -> RuntimeFactor
         return None
     if name != "measured":
         raise KeyError(f"unknown runtime {name!r}; known: {', '.join(RUNTIMES)}")
-    model = speed if speed is not None else fit_speed_model()
+    model = speed if speed is not None else shipped_speed_model(None)
 
     def make(jobs: Sequence[SimJob], layout: Layout) -> Runtime:
         return MeasuredRuntime(jobs, layout, model)
@@ -124,13 +124,14 @@ def placement_config(network_term: str, speed: SpeedModel | None = None) -> Plac
         return None
     if network_term != "measured":
         raise KeyError(f"unknown network term {network_term!r}; known: {', '.join(NETWORK_TERMS)}")
-    return PlacementConfig(speed=speed if speed is not None else fit_speed_model())
+    return PlacementConfig(speed=speed if speed is not None else shipped_speed_model(None))
 
 
 def compare(cluster: Cluster, jobs: Sequence[SimJob], runs: Sequence[tuple[str, str]], out: Path,
             progress: Callable[[str, int], None] | None = None, window: BatchWindow | None = None,
             runtime: str = "trace", speed: SpeedModel | None = None,
-            network_term: str = "bandwidth", runner: Runner | None = None, fluid: bool = False) -> dict[str, Any]:
+            network_term: str = "bandwidth", runner: Runner | None = None, fluid: bool = False,
+            cache: Path | None = None) -> dict[str, Any]:
     """Replay ``jobs`` once per (queue policy, placement policy); write summary JSON, per-job CSV, plots.
 
     A placement named after a batch policy (``gga``, ``cpsat``, ``ffd``) replays with batch windows
@@ -138,7 +139,8 @@ def compare(cluster: Cluster, jobs: Sequence[SimJob], runs: Sequence[tuple[str, 
     runs (``trace`` or ``measured``, see ``placement.sim.runtime``); ``network_term``: Liquid's (see
     :func:`placement_config`). ``runner``: where the replays run (``training.replay.runners``; on Dask,
     ``progress`` hears of each run once, when it ends). ``fluid``: the cluster as one pool (the placement
-    names nothing then, and every job runs for its trace duration).
+    names nothing then, and every job runs for its trace duration). ``cache``: where the speed model fitted on the
+    shipped profiles is kept for the next run (``training.performance.cache``), where ``speed`` is not given.
     """
     if fluid and (runtime != "trace" or any(p in BATCH_POLICIES for _, p in runs)):
         raise ValueError("a fluid cluster is replayed with the trace runtime and no batch placement")
@@ -146,7 +148,7 @@ def compare(cluster: Cluster, jobs: Sequence[SimJob], runs: Sequence[tuple[str, 
 
     out.mkdir(parents=True, exist_ok=True)
     if speed is None and "measured" in (runtime, network_term):
-        speed = fit_speed_model()
+        speed = shipped_speed_model(cache)
     make_runtime = runtime_factory(runtime, speed)
     config = placement_config(network_term, speed)
     results: dict[str, SimResult] = {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import product
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from placement.batch.policies import BATCH_POLICIES
@@ -24,7 +25,7 @@ from placement.model.speed import SpeedModel
 from placement.online.greedy import PlacementConfig
 from placement.sim.engine import BatchWindow
 from placement.sim.jobs import SimJob, without_sharing
-from training.performance.build import fit_speed_model
+from training.performance.cache import shipped_speed_model
 from training.replay.compare import cluster_for, openb_jobs, pai_jobs, placement_config, replay, run_summary
 from training.replay.runners import InProcess, Runner
 
@@ -75,16 +76,17 @@ def reads_estimates(queue: str) -> bool:
 
 def sweep(runs: Sequence[SweepRun], setup: SweepSetup, runner: Runner | None = None,
           model: CalibratedEstimator | None = None, speed: SpeedModel | None = None,
-          done: Callable[[SweepRun], None] | None = None) -> dict[str, dict[str, Any]]:
+          done: Callable[[SweepRun], None] | None = None, cache: Path | None = None) -> dict[str, dict[str, Any]]:
     """The summary of every run, by :attr:`SweepRun.name`, in the order of ``runs``. ``model``: what ``sjf-model``
     orders by; ``speed``: the job-performance model (fitted on the shipped profiles where the runtime or the
-    network term is ``measured`` and none is given); ``done`` hears of each run as it ends."""
+    network term is ``measured`` and none is given, kept in ``cache`` for the next run: ``training.performance.cache``);
+    ``done`` hears of each run as it ends."""
     for run in runs:
         if run.trace not in TRACES:
             raise KeyError(f"sweep run {run.name}: unknown trace {run.trace!r}; known: {', '.join(TRACES)}")
     runner = runner or InProcess()
     if speed is None and "measured" in (setup.runtime, setup.network_term):
-        speed = fit_speed_model()
+        speed = shipped_speed_model(cache)
     cluster, constrain = cluster_for(setup.cluster, setup.gpus)
     estimates = any(reads_estimates(run.queue) for run in runs)
     shared_cluster = runner.share(cluster, "cluster")
