@@ -65,9 +65,9 @@ def pai_jobs(model: CalibratedEstimator | None, constrain: bool, limit: int | No
              cache: Path | None = None) -> list[SimJob]:
     """Later ``holdout_share`` of the shipped PAI job table (first ``limit`` of them), with estimates;
     ``class_seed`` seeds the workload-class rule. Without ``estimates`` the jobs carry none, and the causal
-    features they come from are not built (for queues that order by no estimate); ``cache``: where they are
-    kept from one run to the next (``training.features.cache``)."""
-    table = get_source("pai2020-jobs").load()
+    features they come from are not built (for queues that order by no estimate); ``cache``: where the table and
+    they are kept from one run to the next (``Source.load``, ``training.features.cache``)."""
+    table = get_source("pai2020-jobs").load(cache=cache)
     order = np.argsort(table["submit_time_s"].to_numpy(), kind="stable")
     chosen = order[int(len(order) * (1 - holdout_share)):]
     chosen = chosen[:limit] if limit else chosen
