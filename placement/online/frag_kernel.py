@@ -22,11 +22,11 @@ shape by shape.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-import numba
 import numpy as np
 
 from placement.model.feasibility import Need
@@ -40,10 +40,29 @@ def _compiled(function: F) -> F:
     """``function`` compiled on its first call, and cached on disk for the next processes where numba finds a
     writable place (beside this file, else ``NUMBA_CACHE_DIR`` or the user's cache folder); where it finds none (a
     read-only file system), compiled in each process instead."""
+    import numba  # the compiler, a quarter of a second to import: only once a kernel is wanted
+
     try:
         return cast(F, numba.njit(cache=True, nogil=True)(function))
     except RuntimeError:  # numba: "cannot cache function ...: no locator available"
         return cast(F, numba.njit(nogil=True)(function))
+
+
+_KERNELS = ("_measure", "_step", "_added_on")
+"""The compiled functions, callees first: a kernel is compiled against the ones it calls as they are then."""
+_compiling = threading.Lock()
+_ready = False
+
+
+def _kernels() -> None:
+    """Make the module's kernels the compiled ones, the first time one is wanted (commands and replays with other
+    policies never import the compiler)."""
+    global _ready
+    with _compiling:
+        if not _ready:
+            for name in _KERNELS:  # the module's names: the kernels look their callees up there when compiled
+                globals()[name] = _compiled(globals()[name])
+            _ready = True
 
 
 @dataclass(frozen=True)
@@ -89,6 +108,8 @@ def added_on(usage: MachineUsage, machines: IntArray, table: KernelTable, need: 
     machine): the least addition in FGD's score points with ``step_milli`` (exactly without), then the lowest
     index; ``NO_GPU`` for other demands. The kernel reads the usage arrays where they are: gathering the machines'
     rows first (``frag_measure.rows_of``) took longer than the kernel itself."""
+    if not _ready:
+        _kernels()
     layout = usage.layout
     return _added_on(usage.gpu_milli, usage.gpu_mem, usage.cpu, layout.gpu_first, layout.gpu_count,
                      layout.gpu_mem_cap, layout.cpu_cap, layout.gpu_type, machines, table.levels, table.everyone,
@@ -97,7 +118,6 @@ def added_on(usage: MachineUsage, machines: IntArray, table: KernelTable, need: 
                      -1.0 if step_milli is None else float(step_milli))
 
 
-@_compiled
 def _measure(total: int, count: IntArray, usable: IntArray, cpu: int, t: int, levels: IntArray, everyone: IntArray,
              most: IntArray, cpus: IntArray, ncpus: IntArray, fits: IntArray) -> int:
     """The integer measure of one state of a machine of type ``t`` (the module docstring)."""
@@ -113,14 +133,12 @@ def _measure(total: int, count: IntArray, usable: IntArray, cpu: int, t: int, le
     return int(frag)
 
 
-@_compiled
 def _step(added: float, step_milli: float) -> float:
     """``frag_measure.score_steps`` of one addition."""
     exponent = min(added / (SCORE_POINTS / 4 * step_milli), 700.0)
     return float(-math.floor(SCORE_POINTS / (1.0 + math.exp(exponent)) + 1e-9))
 
 
-@_compiled
 def _added_on(gpu_used: IntArray, gpu_mem_used: IntArray, cpu_used: IntArray, gpu_first: IntArray,
               gpu_count: IntArray, gpu_mem_cap: IntArray, cpu_cap: IntArray, gpu_type: IntArray, machines: IntArray,
               levels: IntArray, everyone: IntArray, norm: IntArray, most: IntArray, cpus: IntArray, ncpus: IntArray,
@@ -212,6 +230,8 @@ def compile_kernels() -> None:
     """Compile the kernels now (or load them from the disk cache), rather than in the first decision that needs
     them: a service calls it as it starts, so that no placement waits about 2 s for the compiler. The arrays are
     read-only, as a snapshot's and a working state's are (numba compiles read-only and writable arrays apart)."""
+    _kernels()
+
     def frozen(*shape: int) -> IntArray:
         array = np.zeros(shape, dtype=np.int64)
         array.flags.writeable = False
