@@ -144,8 +144,6 @@ def compare(cluster: Cluster, jobs: Sequence[SimJob], runs: Sequence[tuple[str, 
     """
     if fluid and (runtime != "trace" or any(p in BATCH_POLICIES for _, p in runs)):
         raise ValueError("a fluid cluster is replayed with the trace runtime and no batch placement")
-    from training.replay.plots import allocation_over_time, jct_cdf
-
     out.mkdir(parents=True, exist_ok=True)
     if speed is None and "measured" in (runtime, network_term):
         speed = shipped_speed_model(cache)
@@ -177,6 +175,8 @@ def compare(cluster: Cluster, jobs: Sequence[SimJob], runs: Sequence[tuple[str, 
     summary["never_fit"] = [{"job_id": r.job_id, "reasons": list(r.reasons)}
                             for r in next(iter(results.values())).records if r.never_fits][:50]
     subject = f"{len(jobs):,} jobs on {cluster.name} ({runtime} runtime)"
+    from training.replay.plots import allocation_over_time, jct_cdf  # matplotlib: once there is something to draw
+
     summary["plots"] = [str(jct_cdf(results, out / "jct_cdf.png", subject)),
                         str(allocation_over_time(results, out / "allocation.png", subject))]
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
