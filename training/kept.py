@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -33,7 +34,7 @@ def kept(path: Path, make: Callable[[], T], read: Callable[[Path], T], write: Ca
         except unreadable as exc:
             log.warning("kept file unreadable, made again", extra={"path": str(path), "error": str(exc)})
     value = make()
-    aside = path.with_name(f"{path.name}.{os.getpid()}.part")
+    aside = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.part")  # writers never share one
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write(value, aside)
