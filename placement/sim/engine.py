@@ -40,6 +40,7 @@ from placement.filters import FILTERS, GPU_RULES
 from placement.filters.base import SnapshotUsage, usage_of
 from placement.filters.chain import room_bound
 from placement.model.cluster import Cluster
+from placement.model.demand import Task
 from placement.model.feasibility import Need, need_of
 from placement.model.snapshot import MILLI, Allocation, ClusterSnapshot, Layout, apply, release
 from placement.online.greedy import PlacementConfig
@@ -182,7 +183,8 @@ def simulate(cluster: Cluster, jobs: Sequence[SimJob], policy: str, queue: Queue
     place = online_policy(policy, config, explain=False)
     explained = online_policy(policy, config)
     records = [JobRecord(j.job_id, j.user, j.submit_s, j.duration_s, j.job.gpus) for j in jobs]
-    demands = [_Demand.of(j) for j in jobs]
+    by_tasks: dict[tuple[Task, ...], _Demand] = {}  # jobs alike share one (a NaN's identity aside: worked out again)
+    demands = [by_tasks.get(j.job.tasks) or by_tasks.setdefault(j.job.tasks, _Demand.of(j)) for j in jobs]
     empty = ClusterSnapshot.empty(cluster)
     layout = empty.layout
     runs = runtime(jobs, layout) if runtime is not None else TraceRuntime(jobs)
