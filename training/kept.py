@@ -12,9 +12,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from hashlib import _Hash
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -51,3 +54,11 @@ def _prune(path: Path, keep: int) -> None:
     files = sorted(path.parent.glob(f"{kind}-*{path.suffix}"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in files[keep:]:
         old.unlink(missing_ok=True)
+
+
+def add_files(digest: _Hash, files: Iterable[Path], root: Path) -> None:
+    """Add each of ``files`` (in sorted order) to ``digest``: its path below ``root``, then its bytes; what a kept
+    file is made from, data and the code that makes it."""
+    for path in sorted(files):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())

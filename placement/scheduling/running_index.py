@@ -73,13 +73,15 @@ class RunningIndex:
         self.priorities: dict[str, Counter[int]] = {}
         """Per known queue, how many counted jobs have each priority."""
 
-    def update(self, running: Sequence[RunningJob], ids: list[str], allocations: list[Allocation | None]) -> None:
-        """Bring the views to ``running`` (``ids``: their ids, ``allocations``: theirs, all found)."""
+    def update(self, running: Sequence[RunningJob], ids: list[str], unique: set[str],
+               allocations: list[Allocation | None]) -> None:
+        """Bring the views to ``running`` (``ids``: their ids, ``unique`` as a set, ``allocations``: theirs, all
+        found)."""
         jobs, held = self.jobs, self.allocations
         stale = list(map(or_, map(is_not, map(jobs.get, ids), running), map(is_not, map(held.get, ids), allocations)))
         if len(jobs) == len(ids) and not any(stale):
             return
-        for job_id in jobs.keys() - set(ids):
+        for job_id in jobs.keys() - unique:
             self._drop(job_id)
         for job, job_id, allocation in zip(compress(running, stale), compress(ids, stale), compress(allocations,
                                                                                                    stale), strict=True):
@@ -152,14 +154,14 @@ def running_views(running: Sequence[RunningJob], allocations: dict[str, Allocati
     if any(map(is_, held, repeat(None))):
         job_id = next(i for i, a in zip(ids, held, strict=True) if a is None)
         raise ValueError(f"running job {job_id!r} holds no allocation in the snapshot")
-    if len(set(ids)) != len(ids):
-        seen: set[str] = set()
-        twice = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
+    unique = set(ids)
+    if len(unique) != len(ids):
+        twice = next(i for i, n in Counter(ids).items() if n > 1)
         raise ValueError(f"running job {twice!r} is listed twice")
     queues = frozenset(known)
     with _lock:  # the service decides from several threads; the index changes as it is brought up to date
         index = _kept if _kept is not None and _kept.layout is layout and _kept.known == queues else None
         if index is None:
             index = _kept = RunningIndex(layout, queues)
-        index.update(running, ids, held)
+        index.update(running, ids, unique, held)
         return index.views(ids)

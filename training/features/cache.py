@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from training.features.frames import TargetSpec, build_features
-from training.kept import kept
+from training.kept import add_files, kept
 
 KEPT = 8
 """Feature files kept in a folder (traces x targets a user replays)."""
@@ -37,7 +37,5 @@ def digest(table: pd.DataFrame, spec: TargetSpec) -> str:
     h.update(pd.util.hash_pandas_object(table, index=True).to_numpy().tobytes())
     h.update(repr([(str(c), str(t)) for c, t in table.dtypes.items()]).encode())
     h.update(repr(spec).encode())
-    for source in sorted(_CODE.glob("*.py")):
-        h.update(source.name.encode())
-        h.update(source.read_bytes())
+    add_files(h, _CODE.glob("*.py"), _CODE)
     return h.hexdigest()[:24]

@@ -13,7 +13,7 @@ import pandas as pd
 from placement.model.cluster_io import data_dir
 from training.ingest.adapters import dlrm, openb, pai_full, pai_jobs, philly
 from training.ingest.errors import DataError
-from training.kept import kept
+from training.kept import add_files, kept
 
 KEPT_TABLES = 4
 """Tables kept in a cache folder (the traces a user replays)."""
@@ -50,9 +50,7 @@ class Source:
         """The source's name, ``target``'s bytes and the source of ``training/ingest``, as 24 hex digits."""
         h = hashlib.sha256(self.name.encode())
         h.update(target.read_bytes())
-        for source in sorted(_CODE.rglob("*.py")):
-            h.update(str(source.relative_to(_CODE)).encode())
-            h.update(source.read_bytes())
+        add_files(h, _CODE.rglob("*.py"), _CODE)
         return h.hexdigest()[:24]
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from placement.model import speed
 from placement.model.cluster_io import data_dir
 from placement.model.speed import SpeedModel
-from training.kept import kept
+from training.kept import add_files, kept
 
 KEPT = 4
 """Speed-model files kept in a folder (a data folder's profiles, a few versions of the code)."""
@@ -48,12 +48,7 @@ def digest() -> str:
     bytes) and the source of the code that reads, fits and writes it."""
     h = hashlib.sha256()
     root = data_dir()
-    for name in PROFILES:
-        for path in sorted(p for p in (root / name).rglob("*") if p.is_file()):
-            h.update(str(path.relative_to(root)).encode())
-            h.update(path.read_bytes())
+    add_files(h, (p for name in PROFILES for p in (root / name).rglob("*") if p.is_file()), root)
     code, model = _CODE
-    for source in [*sorted(code.glob("*.py")), model]:
-        h.update(source.name.encode())
-        h.update(source.read_bytes())
+    add_files(h, [*code.glob("*.py"), model], code.parent.parent)
     return h.hexdigest()[:24]
