@@ -60,6 +60,9 @@ class PlacementConfig:
         "CPU": 0, "MISC": 1, "T4": 2, "P100": 2, "G1": 2, "G2": 2, "V100M16": 3, "V100": 3, "G3": 3, "A10": 3,
         "V100M32": 4}))
     seed: int = 0
+    cpu_pods_to_fullest: bool = True
+    """``liquid`` and ``fgd``: a CPU-only instance whose fragmentation score ties on several machines goes to the
+    fullest of them (``cpu-pods-to-fullest``); ``False``: to the first in cluster order, FGD's own rule."""
     _tiers_of: dict[tuple[str, ...], tuple[int, ...]] = field(default_factory=dict, init=False, repr=False,
                                                               compare=False)
     """:meth:`tiers_of` by its argument (a memo, not part of the configuration)."""

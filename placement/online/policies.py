@@ -7,7 +7,8 @@ over the machines the filters pass (``placement.filters``); lower is better.
   that recent type-restricted instances put on the free GPUs of the machine's type, in the same steps, so
   that instances which could go anywhere keep off the types restricted ones need; it applies once some
   recent instance was restricted), with w_frag = 2 x (w_load + w_scarce); ties go to the first machine in
-  cluster order, as in FGD. For the other instances, Liquid's terms:
+  cluster order, as in FGD, but a CPU-only instance's to the fullest machine (``cpu-pods-to-fullest``, weighted
+  ``EPSILON``; ``PlacementConfig.cpu_pods_to_fullest``). For the other instances, Liquid's terms:
   w_network x ``network`` (the network-cost increment of ``placement.model.network``; with a speed model
   in the config, the measured seconds lost to spread of ``placement.online.spread_cost`` for the jobs it
   knows) + w_load x ``load`` (workers pack onto busy machines: 1 - allocated share; parameter servers
@@ -31,7 +32,8 @@ over the machines the filters pass (``placement.filters``); lower is better.
 * ``fgd`` - FGD's fragmentation gradient descent (Weng et al., ATC'23): the machine, and the GPU in it,
   where the instance adds the least expected fragmentation for the typical shapes of recent arrivals
   (``fragmentation``, FGD's node score, ties to the first machine in cluster order), + ``type-demand``
-  (in the same points: one unit of pressure as about a whole GPU of expected fragmentation).
+  (in the same points: one unit of pressure as about a whole GPU of expected fragmentation), + the tie-break
+  of a CPU-only instance, ``cpu-pods-to-fullest`` (as in ``liquid``).
 
 ``liquid`` and ``fgd`` learn (the shapes and type restrictions of recent arrivals): every policy object made
 by :func:`online_policy` gets a fragmentation scorer of its own (``LEARNING``) and, after the greedy step,
@@ -58,7 +60,7 @@ from placement.online.scorers.type_demand import TypeDemand
 from placement.online.shape_mix import ShapeMix
 
 EPSILON = 1e-6
-"""Weight of Liquid's best-fit tie-break: far below any other term's differences."""
+"""Weight of a tie-break (Liquid's best fit, ``cpu-pods-to-fullest``): far below any other term's differences."""
 TIER_WEIGHT = 10.0
 """Weight of ``pack``'s tier: a tier apart outweighs any difference in load (0..1)."""
 
@@ -94,6 +96,24 @@ class ForGangs:
         return None if one_pod(step) else cast(LocalScorer, self.scorer).cost_at(step, machines)
 
 
+class ForLonePods:
+    """A local scorer asked only for the instances :func:`one_pod` names (``None`` for the others): the tie-break
+    of a lone instance's fragmentation score, which Liquid's own terms replace for the other instances."""
+
+    def __init__(self, name: str) -> None:
+        self.scorer = cast(LocalScorer, SCORERS[name])
+        self.name, self.unit = f"lone-{name}", self.scorer.unit
+
+    def cost(self, step: Step) -> Costs | None:
+        return self.scorer.cost(step) if one_pod(step) else None
+
+    def local(self, step: Step) -> bool:
+        return not one_pod(step) or self.scorer.local(step)
+
+    def cost_at(self, step: Step, machines: IntArray) -> Costs | None:
+        return self.scorer.cost_at(step, machines) if one_pod(step) else None
+
+
 class OnePodFragmentation:
     """Liquid's fragmentation term: ``fragmentation``'s cost (FGD's score points lost) for an
     instance of a one-instance job or one asking for a share of a GPU; ``None`` for the other instances, whose
@@ -126,17 +146,24 @@ def frag_weight(config: PlacementConfig) -> float:
     return 2.0 * (config.w_load + config.w_scarce)
 
 
+def fullest_weight(config: PlacementConfig) -> float:
+    """The weight of ``cpu-pods-to-fullest``: a tie-break (``EPSILON``), or nothing where the configuration keeps
+    FGD's own rule (the first machine in cluster order)."""
+    return EPSILON if config.cpu_pods_to_fullest else 0.0
+
+
 def liquid_terms(fragmentation: Fragmentation) -> tuple[Term, ...]:
     """Liquid's terms around its own fragmentation scorer (see the module docstring)."""
     return (Term(SCORERS["network"], lambda c: c.w_network), Term(ForGangs("load"), lambda c: c.w_load),
             Term(ForGangs("scarcity"), lambda c: c.w_scarce), Term(ForGangs("best-fit"), EPSILON),
             Term(SCORERS["type-cost"], lambda c: c.w_network), Term(OnePodFragmentation(fragmentation), frag_weight),
-            Term(TypeDemand(fragmentation.mix), frag_weight))
+            Term(TypeDemand(fragmentation.mix), frag_weight), Term(ForLonePods("cpu-pods-to-fullest"), fullest_weight))
 
 
 def fgd_terms(fragmentation: Fragmentation) -> tuple[Term, ...]:
     """fgd's terms around its own fragmentation scorer (see the module docstring)."""
-    return Term(fragmentation), Term(TypeDemand(fragmentation.mix))
+    return (Term(fragmentation), Term(TypeDemand(fragmentation.mix)),
+            Term(SCORERS["cpu-pods-to-fullest"], fullest_weight))
 
 
 LEARNING: dict[str, Callable[[Fragmentation], tuple[Term, ...]]] = {"liquid": liquid_terms, "fgd": fgd_terms}

@@ -214,6 +214,10 @@ def fill_command(
         "--known-mix", help="give fgd and liquid the typical shapes of the whole pod list before the first arrival, "
                             "as FGD's simulator has them, instead of learning them online: an experiment, not a "
                             "policy (it knows the arrivals in advance)")] = False,
+    fgd_ties: Annotated[bool, typer.Option(
+        "--fgd-ties", help="break fgd's and liquid's ties as FGD does, to the first machine in cluster order, CPU-only "
+                           "pods included (default: a CPU-only pod to the fullest); with --known-mix, fgd then "
+                           "makes FGD's own decisions")] = False,
     scheduler: DaskSchedulerOpt = None,
 ) -> None:
     """The FGD paper's fill-to-capacity experiment: every pod in a shuffled order, then pods drawn with
@@ -224,6 +228,7 @@ def fill_command(
 
     from placement import (
         ONLINE_POLICY_NAMES,
+        PlacementConfig,
         derive,
         fill,
         load_cluster,
@@ -254,6 +259,7 @@ def fill_command(
     if derive_variant is not None:
         jobs = derive(jobs, derive_variant, cluster, derive_seed)
     scheduler = dask_scheduler(scheduler)
+    config = PlacementConfig(cpu_pods_to_fullest=False) if fgd_ties else None
     shown = make_console(stderr=True) if as_json else console
     curves: dict[str, list[Any]] = {name: [] for name in names}
     order = [(n, s) for n in names for s in seed_list]
@@ -262,7 +268,7 @@ def fill_command(
         if client is None:
             for name, seed in order:
                 steps.update(f"filling: {name}, seed {seed}")
-                curves[name].append(fill(cluster, jobs, name, seed, to, known_mix=known_mix))
+                curves[name].append(fill(cluster, jobs, name, seed, to, config, known_mix=known_mix))
                 steps.advance()
         else:
             runner = OnDask(client)
@@ -272,19 +278,21 @@ def fill_command(
                 steps.update(f"filled: {order[position][0]}, seed {order[position][1]}")
                 steps.advance()
 
-            handles = [runner.submit(fill, *shared, name, seed, to, None, None, known_mix,
+            handles = [runner.submit(fill, *shared, name, seed, to, config, None, known_mix,
                                      name=f"fill-{name}-seed{seed}")
                        for name, seed in order]
             for (name, _), curve in zip(order, runner.results(handles, done), strict=True):
                 curves[name].append(curve)
     summaries = [summarise_fill(curves[name], to) for name in names]
-    variant = (f"-{derive_variant.replace(':', '')}" if derive_variant else "") + ("-known-mix" if known_mix else "")
+    variant = (f"-{derive_variant.replace(':', '')}" if derive_variant else "") + ("-known-mix" if known_mix else "") \
+        + ("-fgd-ties" if fgd_ties else "")
     folder = out or home() / "simulations" / f"fill-{pods.stem}{variant}-{nodes.stem}"
     folder.mkdir(parents=True, exist_ok=True)
     report = fill_json(summaries)
     (folder / "fill.json").write_text(json.dumps(report, indent=2) + "\n")
     derived = f" derived {derive_variant} (seed {derive_seed})" if derive_variant else ""
     derived += ", typical shapes known in advance" if known_mix else ""
+    derived += ", FGD's ties" if fgd_ties else ""
     title = f"{pods.name}{derived} on {nodes.name} ({cluster.total_gpus:,} GPUs), seeds {seeds}"
     plot_fill(curves, to, folder / "fill.png", title)
     if as_json:

@@ -6,7 +6,9 @@ hkust-adsl/kubernetes-scheduler-simulator, Apache-2.0, run as docs/placement.md 
 node it says the pod was scheduled to (the name without the order prefix the simulator adds). It holds the first
 4,882 arrivals: at arrival 4,882 (a CPU-only pod, 12.5 cores) two nodes add exactly no fragmentation, and FGD's
 floating-point sums make one of them -3.4e-13 milli-GPUs (a score of 49, not 50), so its tie goes elsewhere;
-``fgd`` sums integers and both score 50. From there the two clusters differ and so do later choices.
+``fgd`` sums integers and both score 50. From there the two clusters differ and so do later choices. FGD's rule
+for ties is a setting (``PlacementConfig.cpu_pods_to_fullest=False``); ``fgd``'s own sends a CPU-only pod's ties to
+the fullest machine.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import gzip
 from pathlib import Path
 
 from placement.model.cluster_io import load_cluster
+from placement.online.greedy import PlacementConfig
 from placement.sim.fill import fill, seed_draws
 from placement.sim.pod_list import load_openb_pods
 
@@ -23,13 +26,15 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE.parents[1] / "data" / "openb2023"
 
 
-def test_with_fgds_typical_shapes_fgd_decides_as_fgds_simulator() -> None:
+def test_with_fgds_typical_shapes_and_ties_fgd_decides_as_fgds_simulator() -> None:
+    # FGD's ties: a CPU-only pod's go to the first machine in cluster order too (by default to the fullest, which
+    # puts arrival 157 elsewhere)
     pods = load_openb_pods(DATA / "openb_pod_list_default.csv")
     cluster = load_cluster(DATA / "openb_node_list_gpu_node.csv")
     with gzip.open(HERE / "fgd_seed47_decisions.csv.gz", "rt") as f:
         theirs = [(row["pod"], row["node"]) for row in csv.DictReader(f)]
     drawn = seed_draws(pods, [m.name for m in cluster.machines], cluster.total_gpus * 1000, 1.3, 47)
-    curve = fill(cluster, pods, "fgd", 47, 1.3, known_mix=True)
+    curve = fill(cluster, pods, "fgd", 47, 1.3, PlacementConfig(cpu_pods_to_fullest=False), known_mix=True)
     ours = [(pods[i].job_id, cluster.machines[m].name if m >= 0 else "")
             for i, m in zip(drawn.arrivals, curve.machine.tolist(), strict=True)]
     assert len(theirs) == 4882

@@ -16,6 +16,7 @@ from placement.model.snapshot import Allocation, ClusterSnapshot, InstancePlacem
 from placement.online.frag_measure import NO_GPU, Rows, ShapeTable, accepting, added, fragmentation, rows_of
 from placement.online.greedy import PlacementConfig
 from placement.online.policies import online_policy
+from placement.online.scorers.cpu_pods_to_fullest import CpuPodsToFullest
 from placement.online.scorers.fragmentation import Fragmentation
 from placement.online.shape_mix import Mix, Shape, ShapeMix, typical
 from placement.online.working import WorkingState
@@ -301,3 +302,29 @@ def test_a_cpu_only_pod_keeps_off_gpu_machines_where_it_adds_no_fragmentation(po
     decision = decide(snapshot, pod("cpu", 0, cpu_cores=2))
     assert decision.allocation is not None and decision.allocation.instances[0].machine == 1
     assert online_policy("first-fit")(snapshot, pod("cpu", 0, cpu_cores=2)).allocation.instances[0].machine == 0  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("policy", ["fgd", "liquid"])
+def test_a_cpu_only_pod_whose_score_ties_goes_to_the_fullest_machine(policy: str) -> None:
+    # m0 and m2 empty, m1's GPUs all taken: a CPU pod adds no fragmentation on any of them (the mix is CPU pods and
+    # shares with CPU to spare). The fullest wins by default; FGD's rule takes the first in cluster order.
+    snapshot = used(ClusterSnapshot.empty(cluster(2, 2, 2)), 1, [1000, 1000])
+    for fullest, expected in ((True, 1), (False, 0)):
+        decide = online_policy(policy, PlacementConfig(cpu_pods_to_fullest=fullest))
+        for i in range(5):
+            decide(snapshot, pod(f"share{i}", 0.5))
+        decision = decide(snapshot, pod("cpu", 0, cpu_cores=2))
+        assert decision.allocation is not None and decision.allocation.instances[0].machine == expected, fullest
+
+
+def test_the_fullest_machine_breaks_no_tie_of_a_pod_with_gpus() -> None:
+    # the scorer does not apply to an instance with GPUs (a share or whole GPUs); for a CPU pod its cost is one
+    # less the higher of the GPU and CPU shares allocated
+    snapshot = used(ClusterSnapshot.empty(cluster(2, 2)), 1, [1000, 0])
+    fullest = CpuPodsToFullest()
+    for job in (pod("share", 0.5), pod("whole", 1.0)):
+        assert fullest.cost(steps(snapshot, job, PlacementConfig(), 0)) is None
+    step = steps(snapshot, pod("cpu", 0, cpu_cores=8), PlacementConfig(), 0)
+    cost = fullest.cost(step)
+    assert cost is not None and cost.tolist() == [1.0, 0.5]
+    assert fullest.cost_at(step, np.array([1])).tolist() == [0.5]  # type: ignore[union-attr]

@@ -103,3 +103,22 @@ def test_known_mix_fills_as_fill_does_with_the_whole_lists_shapes(tmp_path: Path
         curves = [fill(cluster, jobs, "fgd", s, 1.2, known_mix=known) for s in (1, 2, 3)]
         assert (fill_json([summarise_fill(curves, 1.2)])["policies"]["fgd"]["unallocated_pct"] == shown) is equal
     assert (tmp_path / "simulations" / "fill-pods-known-mix-nodes" / "fill.json").is_file()
+
+
+def test_fgd_ties_fill_with_fgds_own_rule_for_ties(tmp_path: Path) -> None:
+    # the shipped (real) lists, where the rule for a CPU-only pod's ties changes the fill (FGD's own arrivals, seed 47)
+    from placement import PlacementConfig, fill, load_cluster, load_openb_pods, summarise_fill
+    from service.cli.fill_report import fill_json
+
+    data = Path(__file__).resolve().parents[2] / "data" / "openb2023"
+    pods, nodes = data / "openb_pod_list_default.csv", data / "openb_node_list_gpu_node.csv"
+    result = gpuplace("simulate", "fill", "--pods", str(pods), "--nodes", str(nodes), "--policies", "fgd",
+                      "--seeds", "47", "--to", "1.0", "--fgd-ties", "--json", home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    jobs, cluster = load_openb_pods(pods), load_cluster(nodes)
+    shown = json.loads(result.stdout)["policies"]["fgd"]["unallocated_pct"]
+    for config, equal in ((PlacementConfig(cpu_pods_to_fullest=False), True), (None, False)):
+        curve = fill(cluster, jobs, "fgd", 47, 1.0, config)
+        assert (fill_json([summarise_fill([curve], 1.0)])["policies"]["fgd"]["unallocated_pct"] == shown) is equal
+    folder = tmp_path / "simulations" / "fill-openb_pod_list_default-fgd-ties-openb_node_list_gpu_node"
+    assert (folder / "fill.json").is_file()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from placement.online.scorers.base import Scorer
 from placement.online.scorers.best_fit import BestFit
+from placement.online.scorers.cpu_pods_to_fullest import CpuPodsToFullest
 from placement.online.scorers.fragmentation import Fragmentation
 from placement.online.scorers.gpu_type import TypeCost
 from placement.online.scorers.least_allocated import LeastAllocated
@@ -21,7 +22,7 @@ from placement.online.scorers.uniform import Uniform
 
 SCORERS: dict[str, Scorer] = {s.name: s for s in (
     Network(), Load(), TypeCost(), Scarcity(), BestFit(), Tier(), MostAllocated(), LeastAllocated(), MachineOrder(),
-    Uniform(), Fragmentation())}
+    Uniform(), Fragmentation(), CpuPodsToFullest())}
 
 
 def scorer_named(name: str) -> Scorer:
