@@ -13,11 +13,14 @@ keeps everything else (CPU, memory, the order of the pods, their names):
 * ``types:P`` - a share ``P`` of the GPU pods, picked at random among those without a GPU type, is restricted
   to one GPU type: the type is drawn in proportion to the cluster's GPUs of each type, among the types with
   a machine that has GPUs enough for the pod (so every restricted pod fits an empty cluster).
+* ``cpu:P`` - the share of all pods that ask for no GPU becomes ``P``. Raising it: GPU pods, picked at random,
+  ask for no GPU (and no GPU type). Lowering it: CPU-only pods, picked at random, ask for a number of GPUs drawn
+  from what the list's GPU pods ask for (1 if there are none).
 
 ``P`` is a share in [0, 1]. Pods are picked and values drawn by one random stream seeded by ``seed``: the same
-list, variant and seed give the same pods. The number of pods changed is ``round(P x GPU pods)`` minus
-the number that already have the property (nothing changes when they already are as many or more, for
-``types``).
+list, variant and seed give the same pods. The number of pods changed is ``round(P x GPU pods)``
+(``round(P x pods)`` for ``cpu``) minus the number that already have the property (nothing changes when they
+already are as many or more, for ``types``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from dataclasses import replace
 from placement.model.cluster import Cluster
 from placement.model.demand import Job, Task
 
-KINDS = ("share", "multi", "types")
+KINDS = ("share", "multi", "types", "cpu")
 """The properties a variant changes (see the module docstring)."""
 
 
@@ -86,9 +89,26 @@ def derive(pods: Sequence[Job], variant: str, cluster: Cluster, seed: int = 0) -
         else:
             for i in rng.sample(multi, len(multi) - goal):
                 out[i] = _with(pods[i], gpu=1.0)
-    else:
+    elif kind == "types":
         out = _restrict(pods, tasks, gpu_pods, goal, cluster, rng)
+    else:
+        out = _cpu_only(pods, tasks, gpu_pods, round(share * len(pods)), rng)
     return tuple(out)
+
+
+def _cpu_only(pods: Sequence[Job], tasks: list[Task], gpu_pods: list[int], goal: int,
+              rng: random.Random) -> list[Job]:
+    """``goal`` pods in all asking for no GPU (``cpu`` in the module docstring)."""
+    out = list(pods)
+    cpu_pods = [i for i, t in enumerate(tasks) if t.gpu == 0]
+    if goal > len(cpu_pods):
+        for i in rng.sample(gpu_pods, min(goal - len(cpu_pods), len(gpu_pods))):
+            out[i] = _with(pods[i], gpu=0.0, gpu_types=frozenset())
+    else:
+        asked = [tasks[i].gpu for i in gpu_pods] or [1.0]
+        for i in rng.sample(cpu_pods, len(cpu_pods) - goal):
+            out[i] = _with(pods[i], gpu=rng.choice(asked))
+    return out
 
 
 def _restrict(pods: Sequence[Job], tasks: list[Task], gpu_pods: list[int], goal: int, cluster: Cluster,

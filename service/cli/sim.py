@@ -207,8 +207,9 @@ def fill_command(
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as one JSON object on stdout")] = False,
     derive_variant: Annotated[str | None, typer.Option(
         "--derive", help="fill with a workload derived from the pod list: share:P (P of the GPU pods ask for a "
-                         "share of a GPU), multi:P (P take several GPUs) or types:P (P are restricted to one GPU "
-                         "type), P in [0, 1]; see placement/sim/derived_pods.py")] = None,
+                         "share of a GPU), multi:P (P take several GPUs), types:P (P are restricted to one GPU "
+                         "type) or cpu:P (P of all pods ask for no GPU), P in [0, 1]; see "
+                         "placement/sim/derived_pods.py")] = None,
     derive_seed: Annotated[int, typer.Option(help="seed of the pods --derive changes")] = 0,
     known_mix: Annotated[bool, typer.Option(
         "--known-mix", help="give fgd and liquid the typical shapes of the whole pod list before the first arrival, "

@@ -52,12 +52,25 @@ def test_types_restricts_gpu_pods_to_one_type_that_can_host_them() -> None:
         [(p.job_id, p.tasks[0].gpu, p.tasks[0].cpu_cores) for p in PODS]
 
 
+def test_cpu_raises_and_lowers_the_share_of_pods_asking_for_no_gpu() -> None:
+    typed = tuple(pod(k, 1.0, frozenset({"T4"})) if k < 5 else p for k, p in enumerate(PODS))
+    more = derive(typed, "cpu:0.3", CLUSTER, seed=4)  # 33 of the 110 pods
+    assert sum(g == 0 for g in gpus(more)) == 33
+    assert all(not p.tasks[0].gpu_types for p in more if p.tasks[0].gpu == 0)  # no type without a GPU
+    fewer = derive(PODS, "cpu:0.05", CLUSTER, seed=4)  # 6 of 110 (round(5.5) is 6)
+    assert sum(g == 0 for g in gpus(fewer)) == 6
+    assert {g for k, g in enumerate(gpus(fewer)) if k >= 100 and g > 0} <= {0.5, 0.25, 1.0, 8.0}  # drawn from the list
+    for derived in (more, fewer):  # names, order, CPU and memory are kept
+        assert [(p.job_id, p.tasks[0].cpu_cores, p.tasks[0].mem_gib) for p in derived] == \
+            [(p.job_id, p.tasks[0].cpu_cores, p.tasks[0].mem_gib) for p in PODS]
+
+
 def test_the_same_seed_gives_the_same_pods_and_another_seed_other_ones() -> None:
     assert derive(PODS, "types:0.3", CLUSTER, seed=5) == derive(PODS, "types:0.3", CLUSTER, seed=5)
     assert derive(PODS, "share:0.6", CLUSTER, seed=5) != derive(PODS, "share:0.6", CLUSTER, seed=6)
 
 
-@pytest.mark.parametrize("text", ["share", "share:1.5", "size:0.5", "types:x", "multi:-0.1"])
+@pytest.mark.parametrize("text", ["share", "share:1.5", "size:0.5", "types:x", "multi:-0.1", "cpu:2"])
 def test_a_bad_variant_is_refused_naming_it(text: str) -> None:
     with pytest.raises(ValueError, match="KIND:SHARE"):
         parse_variant(text)
