@@ -290,9 +290,15 @@ def at_generation(snapshot: ClusterSnapshot, generation: int) -> ClusterSnapshot
     return moved
 
 
+def cpu_share(cpu_used: IntArray, cpu_cap: IntArray) -> npt.NDArray[np.float64]:
+    """Allocated share of each machine's CPU (0..1; a machine without CPU counts as empty)."""
+    share: npt.NDArray[np.float64] = cpu_used / np.maximum(cpu_cap, 1)
+    return share
+
+
 def allocated_share(layout: Layout, machine_milli: IntArray, cpu_used: IntArray) -> npt.NDArray[np.float64]:
     """Allocated share of each machine's GPUs (0..1); a CPU-only machine counts its CPU instead."""
     total = layout.gpu_count * MILLI
-    cpu_share = cpu_used / np.maximum(layout.cpu_cap, 1)
-    share: npt.NDArray[np.float64] = np.where(total > 0, machine_milli / np.maximum(total, 1), cpu_share)
+    cpu = cpu_share(cpu_used, layout.cpu_cap)
+    share: npt.NDArray[np.float64] = np.where(total > 0, machine_milli / np.maximum(total, 1), cpu)
     return share

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from placement.model.layout import IntArray
+from placement.model.snapshot import cpu_share
 from placement.online.greedy import Step
 from placement.online.scorers.base import Costs
 
@@ -25,8 +26,7 @@ class CpuPodsToFullest:
         if _has_gpus(step):
             return None
         working = step.working
-        cpu_share = working.cpu / np.maximum(working.layout.cpu_cap, 1)
-        return 1.0 - np.maximum(working.gpu_allocated_share(), cpu_share)
+        return 1.0 - np.maximum(working.gpu_allocated_share(), cpu_share(working.cpu, working.layout.cpu_cap))
 
     def local(self, step: Step) -> bool:
         return True
@@ -35,8 +35,8 @@ class CpuPodsToFullest:
         if _has_gpus(step):
             return None
         working = step.working
-        cpu_share = working.cpu[machines] / np.maximum(working.layout.cpu_cap[machines], 1)
-        return 1.0 - np.maximum(working.gpu_allocated_share()[machines], cpu_share)
+        cpu = cpu_share(working.cpu[machines], working.layout.cpu_cap[machines])
+        return 1.0 - np.maximum(working.gpu_allocated_share()[machines], cpu)
 
 
 def _has_gpus(step: Step) -> bool:
