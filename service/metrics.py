@@ -93,6 +93,10 @@ class Metrics:
                              multiprocess_mode="livesum")
         self.preemptions = Counter("gpuplace_preemptions", "running jobs preempted by scheduling passes (back to "
                                    "pending), by queue and reason", ["queue", "reason"], registry=own)
+        self.scheduling_pass = Histogram(
+            "gpuplace_scheduling_pass_seconds", "time a scheduling pass took to decide its plan (every pending job "
+            "decided on the state as committed, before the plan is written), in seconds", registry=own,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10))
         self.extender = Counter("gpuplace_extender_requests", "Kubernetes scheduler extender calls by verb and "
                                 "outcome: ok; refused (no node passes the filter, or the bind's reservation does "
                                 "not fit); error (the pod or the request cannot be read, or the Kubernetes API "

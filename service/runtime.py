@@ -40,6 +40,7 @@ class Runtime:
         self.keys = tuple(key.encode() for key in self.settings.accepted_keys())
         self.metrics.serve_state(self.store, self.planner)
         self.cycle.preemptions = self.metrics.preemption_counts()
+        self.planner.observe = self.metrics.scheduling_pass.observe
 
     def policy(self, name: str | None) -> tuple[str, OnlinePolicy]:
         """The online policy ``name`` (default the service's); ``KeyError`` naming the known ones."""

@@ -130,6 +130,10 @@ class QueueState:
         return QueueState(pending, running, self.spec)
 
 
+def _unobserved(seconds: float) -> None:
+    """Where nobody keeps the passes' durations."""
+
+
 READ_PLAN_S = 5.0
 """How long a plan answers the read endpoints (each queue's next start, why each job waits) while the state
 it was decided on stays: with thousands waiting a pass takes a tenth of a second, and a dashboard, several
@@ -157,6 +161,8 @@ class Planner:
         self._worded: tuple[int, str | None, Plan] | None = None
         """The last plan with every wait worded, for readers of why jobs wait."""
         self._usage: tuple[int, str | None, float, Mapping[str, Mapping[str, float]]] | None = None
+        self.observe: Callable[[float], None] = _unobserved
+        """Told how many seconds each pass took to decide its plan (the service's metrics histogram)."""
 
     def queues(self, spec: str | None, cluster: Cluster) -> QueueSet:
         """The stored configuration checked against ``cluster`` (once per configuration and cluster). One a
@@ -212,7 +218,9 @@ class Planner:
         return plan
 
     def __call__(self, snapshot: ClusterSnapshot, state: QueueState) -> Plan:
+        started = time.perf_counter()
         plan = self._decide(snapshot, state, replace(self.settings, explain_waits=False))
+        self.observe(time.perf_counter() - started)
         self._plan = (snapshot.generation, state.spec, plan)  # one assignment: a reader sees a whole entry
         return plan
 

@@ -10,6 +10,7 @@ estimates against what they measured, and the newest completions the coverage is
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import shutil
@@ -162,6 +163,18 @@ def test_a_scrape_carries_queues_preemptions_extender_and_decisions(one_worker: 
     assert found[("gpuplace_decisions_total", placed)] == len(PLACED)
     # the heuristic answers: no duration estimate to compare t-1's duration with
     assert not [key for key in found if key[0].startswith("gpuplace_prediction_p90")]
+
+
+def test_a_scrape_carries_how_long_the_scheduling_passes_took(one_worker: Scraped) -> None:
+    found = samples(one_worker.text)
+    # each submission to the queue and the completion after them woke a pass while a job was pending
+    passes = found[("gpuplace_scheduling_pass_seconds_count", ())]
+    assert passes >= 2
+    assert 0 < found[("gpuplace_scheduling_pass_seconds_sum", ())] < 60 * passes
+    buckets = sorted((float(dict(labels)["le"]), value) for (name, labels), value in found.items()
+                     if name == "gpuplace_scheduling_pass_seconds_bucket")
+    assert buckets[-1] == (math.inf, passes)
+    assert all(a[1] <= b[1] for a, b in itertools.pairwise(buckets))  # cumulative
 
 
 def test_a_scrape_carries_the_process_and_its_platform(one_worker: Scraped) -> None:
