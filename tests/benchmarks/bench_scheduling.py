@@ -23,19 +23,25 @@ told the filters' reasons, as a reader of why jobs wait gets them from the servi
 the service's own passes: the policy explains (a job it places or refuses directly is told why), and the passes ask
 for no words where a job fits nowhere (``SchedulingSettings.explain_waits``; the same plan, less those words).
 
+``--parts`` also prints where the cycles that started at most one job spent their time, part by part
+(``tests/benchmarks/cycle_parts.py``); ``--without preemption,reservations`` turns those off
+(``SchedulingSettings.preemption``, ``reserve_heads``), to see what the rest costs alone.
+
     python tests/benchmarks/bench_scheduling.py [--fast] [--explain | --service] [--pending N] [--cycles N]
-        [--submissions N] [--out FILE]
+        [--submissions N] [--parts] [--without preemption,reservations] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import gc
 import json
 import sys
 import time
 import zlib
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +64,7 @@ from placement import (  # noqa: E402
 )
 from placement.model.snapshot import MILLI  # noqa: E402
 from tests.benchmarks.bench_placement import JOBS_CSV, job_from_row  # noqa: E402
+from tests.benchmarks.cycle_parts import CycleParts, parts_lines  # noqa: E402
 
 QUEUES = ("team-a", "team-b", "team-c", "team-d")
 ORDERS = ("fifo", "sjf", "priority", "fifo")
@@ -90,14 +97,20 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=10_000)
     parser.add_argument("--cycles", type=int, default=200)
     parser.add_argument("--submissions", type=int, default=50)
+    parser.add_argument("--parts", action="store_true", help="time the cycles' parts (tests/benchmarks/cycle_parts.py)")
+    parser.add_argument("--without", default="", help="comma-separated: preemption, reservations (head reservations)")
     parser.add_argument("--out", type=Path, default=REPO / ".gpuplace" / "bench" / "scheduling.json")
     args = parser.parse_args()
+    without = {w for w in args.without.split(",") if w}
+    if without - set(WITHOUT):
+        parser.error(f"--without: {', '.join(sorted(without - set(WITHOUT)))} unknown; known: {', '.join(WITHOUT)}")
     pending_count, cycles, submissions = (1_000, 30, 10) if args.fast else (args.pending, args.cycles,
                                                                             args.submissions)
     cluster = load_cluster("pai")
     queues = queues_from_dict(queue_config(cluster.total_gpus), cluster)
     explains = args.explain or args.service
-    policy, settings = online_policy("liquid", explain=explains), SchedulingSettings(explain_waits=not args.service)
+    policy = online_policy("liquid", explain=explains)
+    settings = SchedulingSettings(explain_waits=not args.service, **{WITHOUT[w]: False for w in without})
     with open(JOBS_CSV, encoding="utf-8", newline="") as handle:
         rows = list(csv.DictReader(handle))
 
@@ -123,13 +136,16 @@ def main() -> None:
           f"of GPUs) and {len(pending):,} waiting in {time.perf_counter() - started:.1f} s", file=sys.stderr)
 
     cpu_ms, wall_ms, starts = [], [], []
+    parts = CycleParts()
     for _ in range(cycles):
         ending = min(running.values(), key=lambda r: (r.started_s, r.job_id))
         snapshot = release(snapshot, ending.job_id)
         del running[ending.job_id]
         now += 10.0
         t_cpu, t_wall = time.thread_time(), time.perf_counter()
-        plan = schedule(snapshot, list(pending.values()), list(running.values()), queues, now, policy, settings)
+        with parts.timing() if args.parts else contextlib.nullcontext():
+            plan = parts.cycle(partial(schedule, snapshot, list(pending.values()), list(running.values()), queues,
+                                       now, policy, settings), lambda made: len(made.starts))
         print(f"cycle {len(cpu_ms) + 1}: {(time.perf_counter() - t_wall) * 1e3:,.0f} ms, {len(plan.starts)} started, "
               f"{len(plan.preemptions)} preempted, {len(plan.reservations)} reserved", file=sys.stderr, flush=True)
         cpu_ms.append((time.thread_time() - t_cpu) * 1e3)
@@ -162,6 +178,7 @@ def main() -> None:
             running[job.job_id] = RunningJob(job.job, job.queue, now, start.mode, job.estimate)
 
     figures = {"pending": pending_count, "cycles": cycles, "explain": explains, "explain_waits": not args.service,
+               "without": sorted(without),
                "cycle_cpu_p50_ms": float(np.percentile(cpu_ms, 50)),
                "cycle_cpu_p99_ms": float(np.percentile(cpu_ms, 99)),
                "cycle_wall_p50_ms": float(np.percentile(wall_ms, 50)),
@@ -175,7 +192,7 @@ def main() -> None:
                     "submit_cycle_wall_p99_ms": float(np.percentile(submit_wall_ms, 99)),
                     "submissions_per_s": len(submit_wall_ms) / (sum(submit_wall_ms) / 1e3)}
     print(f"scheduling cycle, {pending_count:,} waiting, {cycles} cycles (one running job ends before each), policy "
-          f"{MODES[(args.explain, args.service)]}: "
+          f"{MODES[(args.explain, args.service)]}{', without ' + ' and '.join(sorted(without)) if without else ''}: "
           f"CPU p50 {figures['cycle_cpu_p50_ms']:.1f} ms p99 {figures['cycle_cpu_p99_ms']:.1f} ms; wall p50 "
           f"{figures['cycle_wall_p50_ms']:.1f} ms p99 {figures['cycle_wall_p99_ms']:.1f} ms; "
           f"{figures['starts_per_cycle_mean']:.2f} jobs started per cycle; target p99 < 50 ms")
@@ -187,10 +204,17 @@ def main() -> None:
         print(f"submissions, one cycle each, {len(submit_wall_ms)} submitted: cycle CPU p50 "
               f"{figures['submit_cycle_cpu_p50_ms']:.1f} ms, wall p50 {figures['submit_cycle_wall_p50_ms']:.1f} ms "
               f"p99 {figures['submit_cycle_wall_p99_ms']:.1f} ms; {figures['submissions_per_s']:.3g} submissions/s")
+    if args.parts:
+        count, summary = parts.summary()
+        figures["parts_cycles"] = count
+        figures["parts_ms"] = {name: ms for name, (ms, _) in summary.items()}
+        print("\n".join(parts_lines(parts)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(figures, indent=2))
 
 
+WITHOUT = {"preemption": "preemption", "reservations": "reserve_heads"}
+"""``--without`` names and the settings they turn off."""
 MODES = {(False, False): "without explanations", (True, False): "explaining, waits worded",
          (False, True): "explaining, waits of jobs that fit nowhere unworded (the service's passes)"}
 

@@ -155,3 +155,23 @@ def test_fill_decision_benchmark_runs_and_writes_each_policy_and_seed(tmp_path: 
     assert [(r["policy"], r["seed"]) for r in runs] == [("first-fit", 42), ("fgd", 42)]
     assert runs[0]["p99_over_first_fit_p99"] == 1.0 and runs[1]["arrivals"] == runs[0]["arrivals"] > 0
     assert all(0 <= r["unallocated_pct_at_100"] <= 100 for r in runs)
+
+
+@pytest.mark.slow
+def test_scheduling_benchmark_times_the_cycles_parts(tmp_path: Path) -> None:
+    out = tmp_path / "scheduling.json"
+    command = [sys.executable, "tests/benchmarks/bench_scheduling.py", "--fast", "--parts", "--without", "preemption",
+               "--out", str(out)]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(out.read_text())
+    assert figures["without"] == ["preemption"] and figures["parts_cycles"] > 0
+    parts = figures["parts_ms"]
+    assert parts["total"] > 0 and parts["walk"] > 0 and parts["begin"] > 0
+    # the parts are the cycle's time cut up: they add up to it (each a sum of the same cycles' timings)
+    assert sum(ms for name, ms in parts.items() if name != "total") == pytest.approx(parts["total"], rel=1e-6)
+    assert "where a cycle that started at most one job spends its time" in proc.stdout
+    assert "without preemption" in proc.stdout
+    bad = subprocess.run([sys.executable, "tests/benchmarks/bench_scheduling.py", "--without", "quotas"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--without: quotas unknown" in bad.stderr
