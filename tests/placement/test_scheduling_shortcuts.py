@@ -29,7 +29,7 @@ from placement.scheduling.queue_config import queues_from_dict
 from placement.scheduling.queues import QueueSet
 from placement.scheduling.settings import SchedulingSettings
 from tests.benchmarks.bench_placement import JOBS_CSV, job_from_row
-from tests.placement.scheduling_cases import FIRST_FIT, gpu_job, pending, queues, running, synthetic_cluster
+from tests.placement.scheduling_cases import FIRST_FIT, gpu_job, pending, queues, running, started, synthetic_cluster
 from tests.placement.test_scheduling_properties import clusters, pending_jobs, queue_sets
 
 
@@ -101,6 +101,25 @@ def test_a_gang_that_fits_only_in_a_reserved_place_waits_for_it_alike() -> None:
             waits = plan.waiting_for(job_id)
             assert waits is not None and waits.reason is WaitReason.WOULD_DELAY_RESERVATION
             assert waits.details == ("it would still run when head is due",)
+
+
+def test_a_class_told_its_answer_waits_for_the_other_queues_turn_between_its_jobs() -> None:
+    """Two jobs of one class with another queue's job between them in turn: the second is decided on the state
+    the other queue's start left, not told what the first was told before it. SYNTHETIC: one 2-GPU machine, one
+    GPU busy until t = 100; a's head needs both and is reserved for t = 100; a's long 1-GPU jobs would delay it
+    while a GPU is free, b's short one starts on it, and the 1-GPU job after that fits nowhere."""
+    cluster = synthetic_cluster(2)
+    qs = queues(cluster, {"name": "a", "quota": {"cpu_cores": 16}}, {"name": "b", "quota": {"cpu_cores": 16}})
+    snapshot, run = running(cluster, (gpu_job("r1", 1), "a", 0.0, 100.0, JobMode.GUARANTEED))
+    waiting = [pending(gpu_job("a-head", 2), "a", submit_s=0.0, p50_s=50.0, p90_s=60.0),
+               pending(gpu_job("a-long-1", 1), "a", submit_s=1.0, p50_s=300.0, p90_s=400.0),
+               pending(gpu_job("b-short", 1), "b", submit_s=2.0, p50_s=10.0, p90_s=20.0),
+               pending(gpu_job("a-long-2", 1), "a", submit_s=3.0, p50_s=300.0, p90_s=400.0)]
+    plan = both(snapshot, waiting, run, qs, 0.0, FIRST_FIT, SchedulingSettings(preemption=False))
+    assert started(plan) == ["b-short"] and [r.job_id for r in plan.reservations] == ["a-head"]
+    first, second = plan.waiting_for("a-long-1"), plan.waiting_for("a-long-2")
+    assert first is not None and first.reason is WaitReason.WOULD_DELAY_RESERVATION
+    assert second is not None and second.reason is WaitReason.DOES_NOT_FIT_NOW
 
 
 def _pai_rows(count: int) -> list[dict[str, str]]:
