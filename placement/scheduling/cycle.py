@@ -38,7 +38,7 @@ from placement.model.snapshot import Allocation, ClusterSnapshot
 from placement.online.policies import OnlinePolicy
 from placement.scheduling.forecast import place_around, reserve
 from placement.scheduling.jobs import JobMode, PendingJob, RunningJob
-from placement.scheduling.memo import Facts, facts_of, forget_others, in_order, outcome, shape_key, told_as
+from placement.scheduling.memo import Facts, Outcome, facts_of, forget_others, in_order, shape_key, told
 from placement.scheduling.opportunistic import place_opportunistic, upgrade
 from placement.scheduling.plan import Plan, ReservationKind, WaitReason
 from placement.scheduling.preemption import find_victims
@@ -139,17 +139,14 @@ def _guaranteed(state: CycleState, jobs: dict[str, list[PendingJob]]) -> list[Pe
     shares: dict[tuple[int, str, int], tuple[int, float]] = {}
     turns = {name: _turn(state, line[0], shares) for name, line in lines.items()}
     patience = state.settings.opportunistic_after_s
-    # each queue's shares by job shape while the book stays (the queues hand over to each other hundreds of times)
-    by_queue: tuple[int, dict[str, dict[int, tuple[int, float]]]] = (state.book.version, {})
     while turns:
         name = min(turns, key=turns.__getitem__)
         others = [turn for queue, turn in turns.items() if queue != name]
         bound = min(others) if others else None
         line, i, book_version = lines[name], taken[name], state.book.version
-        if by_queue[0] != book_version:
-            by_queue = (book_version, {})
-        queue_shares = by_queue[1].setdefault(name, {})
-        parts = (bound[:2], bound[2:]) if bound is not None else None  # in two parts: no turn made per job
+        # the queue's shares while the book stays, and the bound in two parts: no turn made per job to compare
+        queue_shares: dict[int, tuple[int, float]] = {}
+        parts = (bound[:2], bound[2:]) if bound is not None else None
         while True:
             facts = line[i]
             i += 1
@@ -160,7 +157,6 @@ def _guaranteed(state: CycleState, jobs: dict[str, list[PendingJob]]) -> list[Pe
                 taken[name] = i
                 turns = {n: _turn(state, lines[n][taken[n]], shares) for n in turns if taken[n] < len(lines[n])}
                 break
-            i = _tell_known(state, name, line, i, queue_shares, shares, parts, late)
             if i == len(line):
                 taken[name] = i
                 del turns[name]
@@ -178,36 +174,6 @@ def _guaranteed(state: CycleState, jobs: dict[str, list[PendingJob]]) -> list[Pe
 
 _LATE = (WaitReason.OVER_QUOTA, WaitReason.WOULD_DELAY_RESERVATION)
 """The waits after which a patient guaranteed job may start opportunistically."""
-
-
-def _tell_known(state: CycleState, queue: str, line: list[Facts], i: int, queue_shares: dict[int, tuple[int, float]],
-                shares: dict[tuple[int, str, int], tuple[int, float]],
-                parts: tuple[tuple[int, float], tuple[int, float, str]] | None, late: list[PendingJob]) -> int:
-    """From ``line[i]`` on (``queue``'s jobs in order), the jobs that go before every other queue's head (``parts``)
-    and whose class was decided on the cycle's state as it is: each told what its class was, as :func:`_decide`
-    would tell it, in one loop (nothing changes meanwhile, and most of the thousands waiting are such jobs).
-    Returns the index of the first job that is not one (``len(line)`` at the end)."""
-    outcomes = state.outcomes
-    if state.screen is None or outcomes.version != state.version:
-        return i
-    known, due, now, waiting = outcomes.known, outcomes.due, state.now, state.waiting
-    patience = state.settings.opportunistic_after_s
-    while i < len(line):
-        facts = line[i]
-        share = queue_shares.get(facts.shape)
-        if share is None:
-            share = queue_shares[facts.shape] = _share(state, facts, shares)
-        if parts is not None and (share, facts.turn) > parts:
-            return i
-        found = known.get((queue, facts.shape, bisect_left(due, now + facts.cautious_s)))
-        if found is None:
-            return i
-        job_id = facts.turn[2]
-        waiting[job_id] = told_as(job_id, found)
-        if found.reason in _LATE and now - facts.pending.submit_s >= patience:
-            late.append(facts.pending)
-        i += 1
-    return i
 
 
 def _turn(state: CycleState, facts: Facts, shares: dict[tuple[int, str, int], tuple[int, float]]) -> Turn:
@@ -244,12 +210,12 @@ def _decide(state: CycleState, facts: Facts, heads_reserved: set[str]) -> WaitRe
     known = outcomes.known.get(key)
     if known is not None:
         job_id = facts.turn[2]
-        state.waiting[job_id] = told_as(job_id, known)
+        state.waiting[job_id] = told(job_id, pending.queue, known.reason, known.details, known.at_s)
         return known.reason
     reason = _decide_anew(state, pending, heads_reserved)
     if reason is not None and state.version == version:
         waits = state.waiting[pending.job_id]
-        outcomes.known[key] = outcome(pending.queue, waits.reason, waits.details, waits.reservation_at_s)
+        outcomes.known[key] = Outcome(waits.reason, waits.details, waits.reservation_at_s)
     return reason
 
 

@@ -7,8 +7,7 @@
   allocation.
 * Per queue, its pending jobs in the queue's order (:func:`in_order`), kept across cycles and changed by the
   jobs that left and came where each job's key is its own; per waiting job, the :class:`WaitingJob` the
-  last plan gave it, given again while it waits for the same reason (:func:`told`; by one identity test where
-  the wait is the one :class:`Outcome` that said it last time, :func:`told_as`).
+  last plan gave it, given again while it waits for the same reason (:func:`told`).
 * Within a cycle, the wait each class of jobs was given (:class:`Outcomes`): jobs of one queue, shape and
   priority whose estimated end falls between the same reservations are decided alike on the same state,
   so while the state has not changed (``CycleState.version``) the second such job is told what the first
@@ -195,15 +194,13 @@ def told(job_id: str, queue: str, reason: WaitReason, details: tuple[str, ...], 
 def forget_others(pending: Sequence[PendingJob], running: Sequence[RunningJob]) -> None:
     """Drop what is remembered about jobs that are neither pending nor running any more, once the tables
     hold twice as many as are (so that the work stays a fraction of the cycle's)."""
-    global _facts, _running, _told, _told_as, _machines
+    global _facts, _running, _told, _machines
     if len(_lines) > 256:  # queues come and go with configurations
         _lines.clear()
     if len(_facts) > 2 * len(pending) + 1024:
         _facts = {p.job.job_id: f for p in pending if (f := _facts.get(p.job.job_id)) is not None}
     if len(_told) > 2 * len(pending) + 1024:
         _told = {p.job.job_id: w for p in pending if (w := _told.get(p.job.job_id)) is not None}
-    if len(_told_as) > 2 * len(pending) + 1024:
-        _told_as = {p.job.job_id: t for p in pending if (t := _told_as.get(p.job.job_id)) is not None}
     if len(_machines) > 2 * len(running) + 1024:
         _machines = {r.job.job_id: m for r in running if (m := _machines.get(r.job.job_id)) is not None}
     if len(_running) > 2 * len(running) + 1024:
@@ -212,41 +209,11 @@ def forget_others(pending: Sequence[PendingJob], running: Sequence[RunningJob]) 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """Why a job of ``queue`` waits, as the plan says it; one object per wait (:func:`outcome`)."""
+    """Why a job waits, as the plan says it."""
 
-    queue: str
     reason: WaitReason
     details: tuple[str, ...] = ()
     at_s: float | None = None
-
-
-_outcomes: dict[tuple[str, WaitReason, tuple[str, ...], float | None], Outcome] = {}
-
-
-def outcome(queue: str, reason: WaitReason, details: tuple[str, ...], at_s: float | None) -> Outcome:
-    """The one :class:`Outcome` that says this, from cycle to cycle: jobs told the same as last time are then
-    told it by one identity test each (:func:`told_as`)."""
-    key = (queue, reason, details, at_s)
-    found = _outcomes.get(key)
-    if found is None:
-        if len(_outcomes) >= _MOST_SHAPES:
-            _outcomes.clear()
-        found = _outcomes[key] = Outcome(queue, reason, details, at_s)
-    return found
-
-
-_told_as: dict[str, tuple[Outcome, WaitingJob]] = {}
-
-
-def told_as(job_id: str, said: Outcome) -> WaitingJob:
-    """:func:`told` with what ``said`` says: the waiting job of the last plan that said it, found by identity
-    (thousands of jobs a cycle are told what they were told the cycle before)."""
-    found = _told_as.get(job_id)
-    if found is not None and found[0] is said:
-        return found[1]
-    waiting = told(job_id, said.queue, said.reason, said.details, said.at_s)
-    _told_as[job_id] = (said, waiting)
-    return waiting
 
 
 @dataclass
