@@ -101,8 +101,8 @@ class CycleParts:
                     sum(p.get(k, [0.0, 0])[1] for p in chosen) / len(chosen)) for k in names}
         inside = sum(ms for k, (ms, _) in mean.items() if k == "start" or k.startswith(("wait: ", "reservation")))
         out = {k: v for k, v in mean.items() if k not in ("guaranteed", "total")}
-        out["walk"] = (mean.get("guaranteed", (0.0, 0))[0] - inside, 0)
-        out["walk"] = (out["walk"][0] - mean.get("in order", (0.0, 0))[0], 0)  # the queues' orders are set-up
+        # the guaranteed pass less the decisions, searches and queue orders inside it
+        out["walk"] = (mean.get("guaranteed", (0.0, 0))[0] - inside - mean.get("in order", (0.0, 0))[0], 0)
         out["rest"] = (mean["total"][0] - mean.get("guaranteed", (0.0, 0))[0] - mean.get("begin", (0.0, 0))[0]
                        - mean.get("set-up", (0.0, 0))[0], 0)
         out["total"] = mean["total"]
