@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -175,3 +176,25 @@ def test_scheduling_benchmark_times_the_cycles_parts(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "tests/benchmarks/bench_scheduling.py", "--without", "quotas"], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--without: quotas unknown" in bad.stderr
+
+
+@pytest.mark.slow
+def test_sjf_variant_benchmark_replays_every_variant_with_every_key(tmp_path: Path) -> None:
+    out = tmp_path / "sjf.json"
+    command = [sys.executable, "tests/benchmarks/bench_sjf_variants.py", "--fast", "--slices", "2", "--slice-jobs",
+               "300", "--gpus", "64", "--rates", "300,3000", "--out", str(out)]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(out.read_text())
+    rows = figures["rows"]
+    assert sorted((r["jobs_from"], r["rate_per_min"], r["replay"]) for r in rows) == sorted(
+        (start, rate, replay) for start in (0, 300) for rate in (300.0, 3000.0) for replay in ("fluid", "discrete"))
+    for row in rows:
+        for key in ("lgbm", "rf", "blend"):
+            gap = row["sjgg_jct_s"] - row["oracle_jct_s"]
+            if gap == 0:  # nothing for a key to make up: no share of it
+                assert math.isnan(row[f"{key}_closer"])
+            else:
+                assert row[f"{key}_closer"] == pytest.approx(1 - (row[f"{key}_jct_s"] - row["oracle_jct_s"]) / gap)
+    assert set(figures["summaries"]) == {f"{r}.{k}" for r in ("fluid", "discrete") for k in ("lgbm", "rf", "blend")}
+    assert "closer median" in proc.stdout
