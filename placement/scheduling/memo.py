@@ -24,7 +24,10 @@ import heapq
 import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, is_
+
+import numpy as np
+import numpy.typing as npt
 
 from placement.model.demand import Job, Task
 from placement.model.snapshot import Allocation, Layout
@@ -32,6 +35,9 @@ from placement.scheduling.jobs import PendingJob, RunningJob
 from placement.scheduling.orders import queue_order
 from placement.scheduling.plan import WaitingJob, WaitReason
 from placement.scheduling.resources import GPUS, demand_of
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 _MOST_SHAPES = 100_000
 """Shapes numbered before the table is emptied (numbers keep counting up, so none is given twice)."""
@@ -175,6 +181,57 @@ def machines_of(allocation: Allocation) -> frozenset[int]:
             _machines.clear()
         found = _machines[allocation.job_id] = (allocation, frozenset(p.machine for p in allocation.instances))
     return found[1]
+
+
+Ranking = tuple[FloatArray, FloatArray, FloatArray, IntArray]
+"""Per job of a group: its GPUs (at least 0), estimated end and start, and the rank of its id among the group's."""
+
+
+@dataclass
+class _Ranked:
+    """A group's jobs as last ranked (kept alive here, so that no other object takes one's ``id``), and per job its
+    row of ``values`` (GPUs, end, start) and its id."""
+
+    jobs: list[RunningJob]
+    row: dict[int, int]
+    values: FloatArray
+    ids: npt.NDArray[np.str_]
+    ranking: Ranking
+
+
+_rankings: dict[str | None, _Ranked] = {}
+
+
+def ranking_of(group: str | None, jobs: list[RunningJob]) -> Ranking:
+    """What preemption ranks the running jobs of ``group`` by, with the cycle's ``now`` (``_ranked`` of
+    ``placement.scheduling.preemption``), per job of ``jobs``. From one cycle to the next a group gains or loses a
+    job or two: the rows of the jobs it still holds (the same objects) are taken from the last answer, and only the
+    others are read off their jobs."""
+    kept = _rankings.get(group)
+    if kept is not None and len(kept.jobs) == len(jobs) and all(map(is_, kept.jobs, jobs)):
+        return kept.ranking
+    rows = [-1] * len(jobs) if kept is None else [kept.row.get(id(j), -1) for j in jobs]
+    values = np.empty((len(jobs), 3), dtype=np.float64)
+    ids = np.empty(len(jobs), dtype=kept.ids.dtype if kept is not None else "U1")
+    known = [k for k, r in enumerate(rows) if r >= 0]
+    if kept is not None and known:
+        at = np.array([rows[k] for k in known], dtype=np.int64)
+        values[known], ids[known] = kept.values[at], kept.ids[at]
+    new = [k for k, r in enumerate(rows) if r < 0]
+    if new:
+        values[new] = np.array([(*gpus_and_end(jobs[k]), jobs[k].started_s) for k in new],
+                               dtype=np.float64).reshape(-1, 3)
+        fresh = np.array([jobs[k].job.job_id for k in new], dtype=str)
+        if fresh.dtype.itemsize > ids.dtype.itemsize:  # a longer id than the kept ones: widen them all
+            ids = ids.astype(fresh.dtype)
+        ids[new] = fresh
+    rank = np.empty(len(jobs), dtype=np.int64)
+    rank[np.argsort(ids, kind="stable")] = np.arange(len(jobs))
+    ranking = (np.maximum(values[:, 0], 0.0), values[:, 1], values[:, 2], rank)
+    if len(_rankings) > 256:  # groups come and go with the queues
+        _rankings.clear()
+    _rankings[group] = _Ranked(list(jobs), {id(j): k for k, j in enumerate(jobs)}, values, ids, ranking)
+    return ranking
 
 
 _told: dict[str, WaitingJob] = {}

@@ -30,7 +30,7 @@ from placement.model.demand import Job
 from placement.model.snapshot import ClusterSnapshot, apply, release
 from placement.scheduling.forecast import fenced, place_around, totals_cover
 from placement.scheduling.jobs import JobMode, PendingJob, RunningJob
-from placement.scheduling.memo import facts_of, gpus_and_end
+from placement.scheduling.memo import facts_of, ranking_of
 from placement.scheduling.plan import PreemptReason
 from placement.scheduling.probe import TRIAL_STREAMS, could_start, fewest_victims
 from placement.scheduling.quota import QuotaBook
@@ -246,16 +246,14 @@ def _groups(state: CycleState) -> dict[str | None, list[RunningJob]]:
 def _ranked(state: CycleState, group: str | None) -> list[RunningJob]:
     """The jobs of one of :func:`_groups` in the order of :func:`_cost` (whose first term, the mode, is the
     same for all of them), sorted in numpy with the same arithmetic (once per cycle: costs do not change
-    within one)."""
+    within one; what they are worked out from is kept across cycles, ``placement.scheduling.memo``)."""
     found = state.ranked.get(group)
     if found is None:
         jobs = _groups(state).get(group, [])
         now = state.now
-        known = np.array([gpus_and_end(j) for j in jobs], dtype=np.float64).reshape(-1, 2)
-        gpus = np.maximum(known[:, 0], 0.0)
-        started = np.array([j.started_s for j in jobs], dtype=np.float64)
-        remaining = known[:, 1] - now
-        keys = (np.array([j.job.job_id for j in jobs], dtype=str), np.where(np.isnan(remaining), 0.0, -remaining),
-                now - started, gpus * np.maximum(now - started, 0.0))
+        gpus, end, started, id_rank = ranking_of(group, jobs)
+        remaining = end - now
+        keys = (id_rank, np.where(np.isnan(remaining), 0.0, -remaining), now - started,
+                gpus * np.maximum(now - started, 0.0))
         found = state.ranked[group] = [jobs[i] for i in np.lexsort(keys).tolist()]
     return found

@@ -238,3 +238,15 @@ def test_trials_start_from_the_fewest_victims_that_leave_room_now_and_beside_the
         assert found is not None and found.decision.allocation is not None
         outcomes.append(([v.job_id for v, _ in found.chosen], found.decision.allocation.instances[0].gpus))
     assert outcomes == [(["v2"], (7,))] * 2
+
+
+def test_a_later_cycle_ranks_the_victims_it_is_given_not_those_an_earlier_cycle_ranked() -> None:
+    # what a queue's candidates are ranked by is kept from one cycle to the next (placement.scheduling.memo):
+    # here the same queue holds jobs of the same ids, started at other times
+    cluster = synthetic_cluster(8)  # synthetic: one machine, 8 GPUs
+    qs = queues(cluster, {"name": "a", "quota": {"gpus": 8}})
+    for old_start, new_start, victim in ((0.0, 900.0, "new"), (950.0, 0.0, "old"), (0.0, 900.0, "new")):
+        snapshot, run = running(cluster, (gpu_job("old", 4), "a", old_start, 5000.0, G),
+                                (gpu_job("new", 4), "a", new_start, 5000.0, G))
+        plan = plan_of(snapshot, [pending(gpu_job("urgent", 4, priority=10), "a")], run, qs, now=1000.0)
+        assert _victims(plan) == [(victim, PreemptReason.HIGHER_PRIORITY)]
