@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
 from placement.model.demand import Job, Task
+from placement.model.layout import Table
 from placement.model.snapshot import MIB_PER_GIB, MILLI, Allocation, ClusterSnapshot, IntArray, up
 
 
@@ -221,7 +223,7 @@ def _instances(snapshot: ClusterSnapshot, job: Job, allocation: Allocation) -> l
     layout = snapshot.layout
     machines, types, gpu_type = len(layout.cpu_cap), layout.gpu_types, layout.gpu_type
     gpu_first, gpu_count, caps = layout.gpu_first, layout.gpu_count, layout.gpu_mem_cap
-    asks = [_asks.get(task) or _Asks.remembered(task) for task in job.tasks]
+    asks = [_asks.get(task, partial(_Asks.of, task)) for task in job.tasks]
     problems: list[str] = []
     for i, p in enumerate(allocation.instances):
         ask, m, gpus = asks[p.task], p.machine, p.gpus
@@ -256,18 +258,11 @@ class _Asks:
     """The GPU types it accepts (empty: any)."""
 
     @staticmethod
-    def remembered(task: Task) -> _Asks:
-        """:meth:`of`, kept per task (the table is emptied when full)."""
-        if len(_asks) >= _MOST_NEEDS:
-            _asks.clear()
-        found = _asks[task] = _Asks.of(task)
-        return found
-
-    @staticmethod
     def of(task: Task) -> _Asks:
         need = need_of(task)
         return _Asks(need, need.whole_gpus or (1 if task.gpu > 0 else 0), task.gpu_types if task.gpu > 0 else
                      frozenset())
 
 
-_asks: dict[Task, _Asks] = {}
+_asks: Table[Task, _Asks] = Table(_MOST_NEEDS)
+"""Each task's asks (:meth:`_Asks.of`), worked out once: the checker runs after every placement."""
