@@ -23,6 +23,8 @@ from placement.model.feasibility import Need
 from placement.model.snapshot import MILLI, ClusterSnapshot
 
 IntArray = npt.NDArray[np.int64]
+_NEVER_SHORT = np.iinfo(np.int64).max
+"""The room of the jobs not checked."""
 
 
 class ShareRoom:
@@ -52,7 +54,7 @@ class ShareRoom:
             histogram = np.bincount(MILLI - snapshot.gpu_milli_used, minlength=MILLI + 1).astype(np.float64)
             room = np.empty(len(self._floors) + 1, dtype=np.int64)
             room[:-1] = self._floors @ histogram
-            room[-1] = np.iinfo(np.int64).max
+            room[-1] = _NEVER_SHORT
             self._kept = (snapshot.generation, room)
         return self._kept[1]
 
