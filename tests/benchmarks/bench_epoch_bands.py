@@ -29,6 +29,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from training.needs import epoch_time  # noqa: E402
+from training.needs.epoch_time.model import leave_one_out  # noqa: E402
+from training.needs.epoch_time.rows import feature_frame  # noqa: E402
 from training.needs.scoring import grouped_conformal_quantile  # noqa: E402
 from training.performance.profiles import load_zeus  # noqa: E402
 
@@ -45,18 +47,18 @@ def check(rows: pd.DataFrame, seed: int) -> dict[str, float]:
     """Leave one workload out of ``rows``; both calibrations' P90 for its rows from the others."""
     covered: dict[str, list[np.ndarray]] = {"split": [], "jackknife+": []}
     widths: dict[str, list[np.ndarray]] = {"split": [], "jackknife+": []}
-    for train, held in epoch_time._leave_one_out(rows["workload"]):
+    for train, held in leave_one_out(rows["workload"]):
         inner = rows.iloc[train].reset_index(drop=True)
         part = rows.iloc[held]
-        x = epoch_time._features(part, part["gpu_type"])
+        x = feature_frame(part, part["gpu_type"])
         measured = np.log(part["epoch_s"].to_numpy(float))
         p50 = epoch_time.Learned(seed).fit(inner).ln_epoch(x)
         fits, residuals = [], []
-        for inner_train, inner_held in epoch_time._leave_one_out(inner["workload"]):
+        for inner_train, inner_held in leave_one_out(inner["workload"]):
             fit = epoch_time.Learned(seed).fit(inner.iloc[inner_train])
             own = inner.iloc[inner_held]
             fits.append(fit)
-            predicted = fit.ln_epoch(epoch_time._features(own, own["gpu_type"]))
+            predicted = fit.ln_epoch(feature_frame(own, own["gpu_type"]))
             residuals.append(np.log(own["epoch_s"].to_numpy(float)) - predicted)
         groups = np.concatenate([np.full(len(r), g) for g, r in enumerate(residuals)])
         split = p50 + grouped_conformal_quantile(np.concatenate(residuals), groups, epoch_time.COVERAGE)
