@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
 
 from placement.sim.engine import SimResult
 from training.png import save_png
@@ -28,7 +29,7 @@ def jct_cdf(results: dict[str, SimResult], path: Path, subject: str = "replay") 
     ax.set_ylabel("share of jobs completed within (fraction)")
     ax.set_title(f"{subject}: job completion time, cumulative", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend_or_say(ax, "no job finished in any run")
     return save_png(fig, path)
 
 
@@ -45,8 +46,17 @@ def allocation_over_time(results: dict[str, SimResult], path: Path, subject: str
     ax.set_title(f"{subject}: GPU allocation over time", fontsize=10)
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend_or_say(ax, "no run recorded its allocation")
     return save_png(fig, path)
+
+
+def _legend_or_say(ax: Axes, nothing: str) -> None:
+    """The legend of the lines drawn, or, where none was, ``nothing`` written across the panel (an empty panel
+    with an empty legend would look like a plotting fault)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, nothing, transform=ax.transAxes, ha="center", va="center", color="grey")
 
 
 def jct_by_runtime(table: dict[str, dict[str, float]], path: Path, title: str) -> Path:
