@@ -8,9 +8,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-import matplotlib
-
-matplotlib.use("Agg")
 import numpy as np
 import numpy.typing as npt
 

@@ -8,9 +8,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
 import numpy as np
 import numpy.typing as npt
 import pandas as pd

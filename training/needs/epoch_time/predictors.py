@@ -9,9 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import lightgbm as lgb
-import matplotlib
-
-matplotlib.use("Agg")
 import numpy as np
 import numpy.typing as npt
 import pandas as pd

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import math
 
-import matplotlib
-
-matplotlib.use("Agg")
 import numpy as np
 import numpy.typing as npt
 import pandas as pd

@@ -6,9 +6,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-import matplotlib
-
-matplotlib.use("Agg")
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray

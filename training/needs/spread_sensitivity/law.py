@@ -6,9 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-import matplotlib
-
-matplotlib.use("Agg")
 import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import brentq  # type: ignore[import-untyped]
