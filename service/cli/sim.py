@@ -24,6 +24,8 @@ TraceOpt = Annotated[str, typer.Option(help="pai2020-jobs (later 30%, out of sam
 ClusterOpt = Annotated[str, typer.Option(help="pai, big-node, big-node-fluid (the big node as one pool of GPU and CPU "
                                               "capacity, as the PAI trace's simulator counts it: no placement, "
                                               "trace durations), openb or openb-all")]
+PlacingClusterOpt = Annotated[str, typer.Option(help="pai, big-node, openb or openb-all (these replays place jobs: "
+                                                      "not big-node-fluid, the node as one pool)")]
 GpusOpt = Annotated[int, typer.Option(min=1, help="GPUs of the big node")]
 RateOpt = Annotated[float, typer.Option(min=0.0, help="arrivals per minute in trace order; 0 = original times")]
 JobsOpt = Annotated[int, typer.Option(min=1, help="jobs to replay")]
@@ -144,7 +146,7 @@ def sweep_command(
                                             "0-4, 3 or 1,5,9")] = "0-2",
     queues: Annotated[str, typer.Option(help="comma-separated queue policies")] = "fifo,sjf-oracle,sjf-group-gpu",
     placements: Annotated[str, typer.Option(help=f"comma-separated: {PLACEMENTS}")] = "liquid",
-    cluster: ClusterOpt = "pai", gpus: GpusOpt = 6500, rate: RateOpt = 0.0, jobs: JobsOpt = 20000,
+    cluster: PlacingClusterOpt = "pai", gpus: GpusOpt = 6500, rate: RateOpt = 0.0, jobs: JobsOpt = 20000,
     out: Annotated[Path | None, typer.Option(help="folder for sweep.json")] = None,
     window: WindowOpt = 60.0, batch_limit: LimitOpt = 1.0, batch_jobs: BatchJobsOpt = 64,
     runtime: RuntimeOpt = "measured", sharing: SharingOpt = True, network_term: NetworkOpt = "measured",
@@ -163,6 +165,7 @@ def sweep_command(
     trace_list = [t.strip() for t in traces.split(",") if t.strip()]
     pairs = [(q, p) for q in queues.split(",") for p in placements.split(",")]
     _check(trace_list, pairs, runtime, network_term)
+    replayed_on = cluster_for(cluster, gpus)[0]  # an unknown cluster is named before any replay starts
     try:
         seed_list = parse_seeds(seeds)
     except ValueError as exc:
@@ -185,7 +188,6 @@ def sweep_command(
     report = {"cluster": cluster, "jobs": jobs, "runtime": runtime, "network_term": network_term,
               "dask_scheduler": scheduler, "runs": summaries}
     (folder / "sweep.json").write_text(json.dumps(report, indent=2) + "\n")
-    replayed_on = cluster_for(cluster, gpus)[0]
     console.print(summary_table({"jobs": jobs, "cluster": replayed_on.name, "gpus": replayed_on.total_gpus,
                                  "runtime": runtime, "runs": summaries}))
     console.print(f"sweep.json: {folder}")
@@ -354,7 +356,7 @@ def scheduled_command(
                                                      "(running and pending) would go beyond its guarantee")] = False,
     prescheduling_s: Annotated[float, typer.Option(min=0.0, help="pre-scheduling horizon, s (0: off)")] = 0.0,
     placement: Annotated[str, typer.Option(help="online placement policy")] = "liquid",
-    cluster: ClusterOpt = "pai", gpus: GpusOpt = 6500,
+    cluster: PlacingClusterOpt = "pai", gpus: GpusOpt = 6500,
     ablation: Annotated[bool, typer.Option(help="also run with each feature that is on turned off, on the same "
                                                 "jobs, side by side")] = False,
     out: Annotated[Path | None, typer.Option(help="folder for scheduled.json and derived queue files")] = None,

@@ -96,7 +96,10 @@ def test_simulate_compare_on_a_fluid_big_node(tmp_path: Path) -> None:
     run = fluid["runs"]["fifo/fluid"]
     assert run["finished"] + run["never_fit"] == 300 and run["finished"] >= 290
     assert fluid["runs"]["fifo/fluid"]["wait_mean_s"] <= discrete["runs"]["fifo/liquid"]["wait_mean_s"]
-    # a sweep places jobs: it does not take the pool for the node
-    refused = gpuplace("simulate", "sweep", "--cluster", "big-node-fluid", "--jobs", "10", "--seeds", "0",
-                       "--queues", "fifo", home=tmp_path)
-    assert refused.returncode == 2 and "unknown cluster 'big-node-fluid'" in refused.stderr
+    # a sweep and the scheduler core's replay place jobs: they do not take the pool for the node, say why, and
+    # name the node to give instead, before any replay starts
+    for command in (["sweep", "--seeds", "0", "--queues", "fifo"], ["scheduled"]):
+        refused = gpuplace("simulate", *command, "--cluster", "big-node-fluid", "--jobs", "10", home=tmp_path)
+        assert refused.returncode == 2, refused.stderr
+        assert "'big-node-fluid' counts the big node as one pool" in refused.stderr
+        assert "give big-node" in refused.stderr and "replaying" not in refused.stderr

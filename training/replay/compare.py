@@ -57,6 +57,9 @@ def cluster_for(kind: str, gpus: int = 6500) -> tuple[Cluster, bool]:
         return build_cluster(f"big-node-{gpus}", [node]), False
     if kind in ("pai", "openb", "openb-all"):
         return load_cluster(kind), kind == "pai"
+    if kind == FLUID:  # a caller that replays the pool handles it before asking for a cluster
+        raise KeyError(f"{FLUID!r} counts the big node as one pool of capacity, where nothing is placed; this replay "
+                       f"places jobs: give big-node (the same node, GPU by GPU)")
     raise KeyError(f"unknown cluster {kind!r}; known: pai, big-node, openb, openb-all")
 
 
