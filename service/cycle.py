@@ -17,8 +17,9 @@ a new cluster) while jobs are pending is followed by a scheduling pass (:func:`s
 its answers are sent: ``placement.schedule`` decides on the state and the queues as committed, outside
 any transaction, and its plan (preemptions, starts) is written only on the generation it was decided
 on, as placements are; a submitted job that the pass started is answered as running. Nothing polls:
-besides these changes, only the earliest reservation's estimated time wakes a pass (a timer), and an
-empty group asks for one (:meth:`Cycle.wake`).
+besides these changes, only the time the last plan names wakes a pass (a timer: a reservation coming due,
+or a waiting job reaching the wait after which it may start opportunistically), and an empty group asks
+for one (:meth:`Cycle.wake`).
 
 While other processes write as busily as this one (a cycle found the state moved, or found their
 writes when it wrote), the next cycles let the write decide on the locked state straight away:
@@ -52,7 +53,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import queue
 import threading
 import time
@@ -234,7 +234,7 @@ class Cycle:
         self.preemptions: Counter[tuple[str, str]] = Counter()
         """Jobs this process's passes preempted, by queue and reason."""
         self.due: float | None = None
-        """The earliest estimated time (Unix s) a reservation of the last plan comes due."""
+        """When time alone may change the next pass's decisions (Unix s; ``Plan.wake_s`` of the last plan)."""
         self._timer: asyncio.TimerHandle | None = None
         self._woken: asyncio.Task[None] | None = None
         self.on_loop = store.fast_commits if on_loop is None else on_loop
@@ -263,7 +263,7 @@ class Cycle:
             self._arm()
 
     def _arm(self) -> None:
-        """A timer for the earliest reservation that comes due, if a plan has one and none is set."""
+        """A timer for the time the last plan said a pass may decide differently (``due``), if none is set."""
         due = self.due
         if due is None or (self._timer is not None and not self._timer.cancelled()):
             return
@@ -372,5 +372,4 @@ class Cycle:
     def _planned(self, plan: Plan) -> None:
         for preemption in plan.preemptions:
             self.preemptions[(preemption.queue, preemption.reason.value)] += 1
-        due = [r.at_s for r in plan.reservations if math.isfinite(r.at_s) and r.at_s > plan.now]
-        self.due = min(due) if due else None
+        self.due = plan.wake_s

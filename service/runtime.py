@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import math
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -32,9 +33,10 @@ class Runtime:
 
     def __post_init__(self) -> None:
         _, policy = self.policy(None)
+        patience = self.settings.opportunistic_after_s
         self.planner = Planner(policy, SchedulingSettings(
-            preemption=self.settings.preemption, prescheduling_horizon_s=self.settings.prescheduling_horizon_s),
-            named=lambda name: self.policy(name)[1])
+            preemption=self.settings.preemption, prescheduling_horizon_s=self.settings.prescheduling_horizon_s,
+            opportunistic_after_s=math.inf if patience is None else patience), named=lambda name: self.policy(name)[1])
         self.cycle = Cycle(self.store, on_loop=None if self.settings.writer == "auto" else
                            self.settings.writer == "loop", decide=self.planner)
         self.keys = tuple(key.encode() for key in self.settings.accepted_keys())

@@ -35,6 +35,9 @@ class Settings(BaseSettings):
                                                "borrowing jobs for a job within its queue's guarantee")
     prescheduling_horizon_s: float = Field(0.0, ge=0.0, le=30 * 86_400, description=(
         "reserve the place of a running job estimated to end within this many seconds for a waiting job; 0 = off"))
+    opportunistic_after_s: float | None = Field(None, ge=0.0, allow_inf_nan=False, description=(
+        "a guaranteed job that has waited this many seconds over its queue's quota, or behind a reservation it "
+        "would delay, may start opportunistically: on idle GPUs, preempted first (AntMan); unset = never"))
     api_keys: str = Field("", description="comma-separated API keys for mutating endpoints; empty = no auth")
     protect_reads: bool = Field(False, description="require an API key for read endpoints too")
     max_body_bytes: int = Field(1_000_000, ge=1024)

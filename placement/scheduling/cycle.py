@@ -151,8 +151,11 @@ def _guaranteed(state: CycleState, jobs: dict[str, list[PendingJob]]) -> list[Pe
             facts = line[i]
             i += 1
             reason = _decide(state, facts, heads_reserved)
-            if reason in _LATE and state.now - facts.pending.submit_s >= patience:
-                late.append(facts.pending)
+            if reason in _LATE:
+                if state.now - facts.pending.submit_s >= patience:
+                    late.append(facts.pending)
+                elif patience < math.inf:  # a pass then may start it opportunistically: wake one
+                    state.patience_ends = min(state.patience_ends, facts.pending.submit_s + patience)
             if state.book.version != book_version:  # every head's turn may have moved
                 taken[name] = i
                 turns = {n: _turn(state, lines[n][taken[n]], shares) for n in turns if taken[n] < len(lines[n])}

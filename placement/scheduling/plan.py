@@ -107,6 +107,11 @@ class Plan:
     waiting: tuple[WaitingJob, ...] = ()
     usage: Mapping[str, Mapping[str, float]] = field(default_factory=lambda: MappingProxyType({}))
     """Each queue's quota usage once the plan is committed, by resource key."""
+    wake_s: float | None = None
+    """When time alone may change what a pass decides, with nothing else happening: the earliest of a reservation
+    coming due and a waiting guaranteed job reaching the wait after which it may start opportunistically
+    (``SchedulingSettings.opportunistic_after_s``), after ``now``; ``None``: nothing comes due. The time to wake
+    the next pass at if no job arrives or ends before."""
 
     def waiting_for(self, job_id: str) -> WaitingJob | None:
         return next((w for w in self.waiting if w.job_id == job_id), None)

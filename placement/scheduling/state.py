@@ -99,6 +99,9 @@ class CycleState:
     """The same of the jobs started in this cycle, a heap."""
     opportunistic: list[str] = field(default_factory=list)
     """The running opportunistic jobs, as given."""
+    patience_ends: float = math.inf
+    """The earliest time a waiting guaranteed job, late for a reason patience helps with, reaches the wait after
+    which it may start opportunistically (``SchedulingSettings.opportunistic_after_s``); infinity: none."""
     admissions: dict[tuple[int, str, int], Admission] = field(default_factory=dict)
     """What the book said of a queue and job shape, by the book's version."""
     policies: Mapping[str, OnlinePolicy] = field(default_factory=dict)
@@ -195,6 +198,9 @@ class CycleState:
 
     def plan(self) -> Plan:
         usage = MappingProxyType({q: MappingProxyType(dict(u)) for q, u in sorted(self.book.usage.items())})
+        wake = min((h.reservation.at_s for h in self.held if h.reservation.at_s > self.now),
+                   default=math.inf)
+        wake = min(wake, self.patience_ends)
         return Plan(self.generation, self.now, tuple(self.starts), tuple(self.preemptions),
                     tuple(h.reservation for h in self.held), tuple(self.upgrades), tuple(self.waiting.values()),
-                    usage)
+                    usage, None if wake == math.inf else wake)

@@ -1,9 +1,10 @@
 """The replay on the scheduler core: trace jobs through ``placement.scheduling.schedule``, the function the
 service's scheduling passes call, with its queues, quotas, preemption, opportunistic jobs and reservations.
 
-Events, in time order: a job's arrival (its submit time), its end (start + its real duration) and a
-reservation coming due (the earliest reservation time of the last plan that lies ahead, as the service's
-timer wakes a pass). At one time, ends go first, then arrivals, then due times; then one scheduling pass on
+Events, in time order: a job's arrival (its submit time), its end (start + its real duration) and the time the
+last plan says time alone may change a pass's decisions (``Plan.wake_s``: a reservation coming due, or a waiting
+job reaching the wait after which it may start opportunistically), as the service's timer wakes a pass. At one
+time, ends go first, then arrivals, then due times; then one scheduling pass on
 every pending and running job, whose plan is committed as the service commits it (``apply_plan``):
 
 * a preempted job goes back to pending with its submit time, and loses its work: it restarts from scratch,
@@ -147,7 +148,8 @@ class ReplayResult:
     stale_ends: int = 0
     """End events of runs lost to preemption, passed over."""
     upgrades: int = 0
-    reservations_due: int = 0
+    timed_wakes: int = 0
+    """Passes woken by time alone (``Plan.wake_s``: a reservation coming due, a waiting job's patience run out)."""
     """Due times woken (each a pass, unless other events fell at the same time)."""
     span_s: float = 0.0
     """First arrival to the last event."""
@@ -213,7 +215,7 @@ class _Replay:
                     woken = True
                 else:
                     self.dues.discard(now)
-                    self.result.reservations_due += 1
+                    self.result.timed_wakes += 1
                     woken = True
             if progress is not None:
                 progress(arrived)
@@ -302,10 +304,9 @@ class _Replay:
         self.result.passes += 1
         self._commit(plan, now)
         self._check_quota(now)
-        due = [r.at_s for r in plan.reservations if math.isfinite(r.at_s) and r.at_s > now]
-        if due and min(due) not in self.dues:
-            self.dues.add(min(due))
-            heapq.heappush(self.events, (min(due), DUE, -1, 0))
+        if plan.wake_s is not None and plan.wake_s not in self.dues:
+            self.dues.add(plan.wake_s)
+            heapq.heappush(self.events, (plan.wake_s, DUE, -1, 0))
 
     def _commit(self, plan: Plan, now: float) -> None:
         result = self.result

@@ -64,7 +64,7 @@ def summarise_replay(result: ReplayResult) -> dict[str, Any]:
         "idle_gpu_h_while_waiting": result.idle_gpu_s_waiting / 3600.0,
         "upgrades": result.upgrades,
         "passes": result.passes,
-        "reservations_due": result.reservations_due,
+        "timed_wakes": result.timed_wakes,
         "stale_ends": result.stale_ends,
         "pass_ms_mean": float(walls.mean()) if len(walls) else None,
         "pass_ms_p95": float(np.percentile(walls, 95)) if len(walls) else None,

@@ -139,7 +139,8 @@ Variant = tuple[str, QueueSet, ReplaySettings]
 
 def variants(queues: QueueSet, settings: ReplaySettings, ablation: bool) -> list[Variant]:
     """The configuration as given (``full``), and with ``ablation`` each of its features turned off in turn:
-    preemption, opportunistic submission, pre-scheduling, borrowing (every queue out of its cohort)."""
+    preemption, opportunistic submission, pre-scheduling, the opportunistic start of jobs that waited long enough,
+    borrowing (every queue out of its cohort)."""
     found: list[Variant] = [("full", queues, settings)]
     if not ablation:
         return found
@@ -151,6 +152,9 @@ def variants(queues: QueueSet, settings: ReplaySettings, ablation: bool) -> list
     if scheduling.prescheduling_horizon_s > 0:
         found.append(("no-prescheduling", queues,
                       replace(settings, scheduling=replace(scheduling, prescheduling_horizon_s=0.0))))
+    if math.isfinite(scheduling.opportunistic_after_s):
+        found.append(("no-opportunistic-after", queues,
+                      replace(settings, scheduling=replace(scheduling, opportunistic_after_s=math.inf))))
     if any(q.cohort is not None for q in queues.queues.values()):
         alone = QueueSet({n: replace(q, cohort=None, borrowing_limit={}) for n, q in queues.queues.items()})
         found.append(("no-borrowing", alone, settings))
@@ -161,6 +165,8 @@ def settings_json(queues: QueueSet, settings: ReplaySettings) -> dict[str, Any]:
     scheduling: SchedulingSettings = settings.scheduling
     return {"preemption": scheduling.preemption, "opportunistic": settings.opportunistic,
             "prescheduling_horizon_s": scheduling.prescheduling_horizon_s,
+            "opportunistic_after_s": (scheduling.opportunistic_after_s
+                                      if math.isfinite(scheduling.opportunistic_after_s) else None),
             "borrowing": any(q.cohort is not None for q in queues.queues.values()),
             "orders": sorted({q.order for q in queues.queues.values()})}
 

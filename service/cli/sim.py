@@ -5,6 +5,7 @@ The ML stack is imported inside the commands, so the rest of the command line st
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -355,6 +356,9 @@ def scheduled_command(
     opportunistic: Annotated[bool, typer.Option(help="submit a job opportunistic when its queue's guaranteed GPUs "
                                                      "(running and pending) would go beyond its guarantee")] = False,
     prescheduling_s: Annotated[float, typer.Option(min=0.0, help="pre-scheduling horizon, s (0: off)")] = 0.0,
+    opportunistic_after_s: Annotated[float | None, typer.Option(
+        min=0.0, help="a guaranteed job that has waited this many seconds over its queue's quota (or behind a "
+                      "reservation it would delay) may start opportunistically (default: never)")] = None,
     placement: Annotated[str, typer.Option(help="online placement policy")] = "liquid",
     cluster: PlacingClusterOpt = "pai", gpus: GpusOpt = 6500,
     ablation: Annotated[bool, typer.Option(help="also run with each feature that is on turned off, on the same "
@@ -384,8 +388,9 @@ def scheduled_command(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--queues") from None
     submitted = report_of.replay_jobs(trace, load, estimate, key, queue_set)
-    settings = ReplaySettings(SchedulingSettings(preemption=preemption, prescheduling_horizon_s=prescheduling_s),
-                              opportunistic)
+    settings = ReplaySettings(SchedulingSettings(
+        preemption=preemption, prescheduling_horizon_s=prescheduling_s,
+        opportunistic_after_s=math.inf if opportunistic_after_s is None else opportunistic_after_s), opportunistic)
     runs = report_of.variants(queue_set, settings, ablation)
     with progress(shown, "replaying", total=len(submitted) * len(runs)) as steps:
         done: dict[str, int] = {}

@@ -62,7 +62,7 @@ class EventRow:
 
 
 _NOT_QUEUED = {"queue": None, "priority": None, "mode": None, "submitted_at": None, "p50_s": None, "p90_s": None,
-               "requested_policy": None}
+               "requested_policy": None, "submitted_mode": None}
 
 
 def dumps(value: Json) -> str:
@@ -91,7 +91,7 @@ def pending_row(job: Job, queue: str, mode: str, p50_s: float, p90_s: float, det
             "policy": "", "details": dumps(details or {}), "placed_generation": generation, "placed_at": now,
             "ended_at": None, "ended_generation": None, "queue": queue, "priority": job.priority, "mode": mode,
             "submitted_at": now, "p50_s": None if p50_s != p50_s else p50_s, "p90_s": None if p90_s != p90_s else p90_s,
-            "requested_policy": policy}
+            "requested_policy": policy, "submitted_mode": mode}
 
 
 def event_row(job_id: str, generation: int, state: str, reason: str, now: float) -> dict[str, Any]:

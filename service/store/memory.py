@@ -131,7 +131,8 @@ class MemoryStore:
         for requeue in rows.requeues:
             row = self._jobs[requeue["requeuing"]]
             assert row["state"] == RUNNING, f"state store out of step: {requeue['requeuing']} is not running"
-            row.update(state=PENDING, allocation="null", ended_generation=requeue["ended"])
+            row.update(state=PENDING, allocation="null", ended_generation=requeue["ended"],
+                       mode=row.get("submitted_mode") or row["mode"])
         for cancel in rows.cancels:
             row = self._jobs[cancel["cancelling"]]
             assert row["state"] == PENDING, f"state store out of step: {cancel['cancelling']} is not pending"

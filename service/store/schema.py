@@ -66,6 +66,8 @@ jobs = sa.Table(
     sa.Column("p50_s", sa.Float),
     sa.Column("p90_s", sa.Float),
     sa.Column("requested_policy", sa.String(32)),
+    # the mode a submitted job waits in again when preempted (``mode``: the one it runs in); NULL: ``mode``
+    sa.Column("submitted_mode", sa.String(16)),
 )
 queue_spec = sa.Table(
     "queue_spec", metadata,

@@ -52,8 +52,10 @@ STATEMENTS: dict[str, Any] = {
     "start": jobs.update().where(jobs.c.job_id == sa.bindparam("starting"), jobs.c.state == PENDING).values(
         state=RUNNING, allocation=sa.bindparam("placed_at_allocation"), policy=sa.bindparam("placed_by"),
         placed_generation=sa.bindparam("placed"), placed_at=sa.bindparam("now"), mode=sa.bindparam("as_mode")),
+    # a preempted job waits again in the mode it was submitted in, whichever it ran in
     "requeue": jobs.update().where(jobs.c.job_id == sa.bindparam("requeuing"), jobs.c.state == RUNNING).values(
-        state=PENDING, allocation="null", ended_generation=sa.bindparam("ended")),
+        state=PENDING, allocation="null", ended_generation=sa.bindparam("ended"),
+        mode=sa.func.coalesce(jobs.c.submitted_mode, jobs.c.mode)),
     "cancel": jobs.update().where(jobs.c.job_id == sa.bindparam("cancelling"), jobs.c.state == PENDING).values(
         state="cancelled", ended_at=sa.bindparam("now"), ended_generation=sa.bindparam("ended")),
     "upgrade": jobs.update().where(jobs.c.job_id == sa.bindparam("upgrading"), jobs.c.state == RUNNING).values(

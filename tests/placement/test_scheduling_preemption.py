@@ -140,7 +140,24 @@ def test_a_guaranteed_job_that_waited_long_enough_starts_opportunistically() -> 
     assert started(plan_of(empty, jobs, [], qs, now=100.0)) == []
     plan = plan_of(empty, jobs, [], qs, now=100.0, opportunistic_after_s=60.0)
     assert started(plan) == ["over"] and plan.starts[0].mode is OPP
-    assert plan_of(empty, jobs, [], qs, now=30.0, opportunistic_after_s=60.0).starts == ()
+    early = plan_of(empty, jobs, [], qs, now=30.0, opportunistic_after_s=60.0)
+    assert early.starts == () and early.wake_s == 60.0  # time alone starts it then: a pass is to be woken
+    assert plan_of(empty, jobs, [], qs, now=30.0).wake_s is None  # never started so: nothing to wake for
+
+
+def test_a_plan_wakes_its_next_pass_at_the_first_reservation_due_or_patience_run_out() -> None:
+    cluster = synthetic_cluster(4, 4)
+    qs = queues(cluster, {"name": "a", "quota": {"gpus": 6}}, {"name": "b", "quota": {"gpus": 2}})
+    snapshot, run = running(cluster, (gpu_job("busy", 3), "a", 0.0, 500.0, G),
+                            (gpu_job("filler", 2), "b", 0.0, 2000.0, G))
+    waiting = [pending(gpu_job("head", 3), "a", submit_s=10.0),  # reserved from 500, when busy is estimated to end
+               pending(gpu_job("over", 1), "b", submit_s=20.0)]  # over b's quota of 2
+    plan = plan_of(snapshot, waiting, run, qs, now=100.0)
+    assert plan.waiting_for("head").reservation_at_s == 500.0  # type: ignore[union-attr]
+    assert plan.waiting_for("over").reason is WaitReason.OVER_QUOTA  # type: ignore[union-attr]
+    assert plan.wake_s == 500.0
+    assert plan_of(snapshot, waiting, run, qs, now=100.0, opportunistic_after_s=300.0).wake_s == 320.0
+    assert plan_of(snapshot, waiting, run, qs, now=100.0, opportunistic_after_s=1000.0).wake_s == 500.0
 
 
 def test_a_trial_reads_each_forecast_without_the_victims_it_held() -> None:

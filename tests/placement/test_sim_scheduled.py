@@ -118,9 +118,20 @@ def test_a_reservation_coming_due_wakes_a_pass() -> None:
     queue_set = queues(cluster, {"name": "q", "quota": {}})
     result = run(cluster, [job("X", "q", 0.0, 3.0, 100.0, estimate_s=50.0), job("Y", "q", 10.0, 2.0, 50.0)],
                  queue_set)
-    assert result.reservations_due == 1
+    assert result.timed_wakes == 1
     assert result.passes == 4  # 0, 10, the due time 50, and 100 when X ends and Y starts
     assert result.outcomes[1].start_s == 100.0
+
+
+def test_a_job_out_of_patience_wakes_a_pass_that_starts_it_opportunistically() -> None:
+    # Y waits over its queue's quota while X runs; with 60 s of patience a pass at 70 s starts it on the idle GPUs,
+    # with nothing else happening then; without, it starts when X ends
+    cluster = synthetic_cluster(4)
+    queue_set = queues(cluster, {"name": "q", "quota": {"gpus": 2}})
+    jobs = [job("X", "q", 0.0, 2.0, 1000.0), job("Y", "q", 10.0, 1.0, 50.0)]
+    patient = run(cluster, jobs, queue_set, opportunistic_after_s=60.0)
+    assert patient.timed_wakes == 1 and patient.outcomes[1].start_s == 70.0
+    assert run(cluster, jobs, queue_set).outcomes[1].start_s == 1000.0
 
 
 def test_jobs_that_can_never_start_are_reported_and_never_wait() -> None:

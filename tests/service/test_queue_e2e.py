@@ -175,6 +175,33 @@ def test_the_events_stream_follows_a_job_until_it_ends(api: httpx.Client) -> Non
     assert [e["state"] for e in events(api, "ev-wait")[1:]] == ["running", "released"]
 
 
+def test_a_job_out_of_patience_starts_opportunistically_and_waits_again_as_submitted(tmp_path: Path) -> None:
+    """With ``GPUPLACE_OPPORTUNISTIC_AFTER_S``, a guaranteed job waiting over its queue's quota starts on idle GPUs
+    once it has waited that long, woken by the time alone (no request comes in between); preempted for a job
+    within its queue's guarantee, it waits again as guaranteed, the mode it was submitted in."""
+    server = Server(server_env(tmp_path, f"sqlite:///{tmp_path / 'state.db'}",
+                               GPUPLACE_OPPORTUNISTIC_AFTER_S="2")).start()
+    try:
+        with httpx.Client(base_url=server.url, headers=KEY, timeout=30) as api:
+            assert api.put("/v1/cluster", json=CLUSTER).status_code == 200
+            queues = {"queues": [{"name": "a", "quota": {"gpus": 4}}, {"name": "b", "quota": {"gpus": 4}}]}
+            assert api.put("/v1/queues", json=queues).status_code == 200
+            assert submitted(api, job("pa-1", 4, "a")) == "running"
+            assert submitted(api, job("pa-2", 2, "a")) == "pending"  # 4 GPUs idle, but over a's quota
+            deadline = time.monotonic() + 120  # a loaded machine delays the timer's pass, not its outcome
+            while state_of(api, "pa-2") != "running" and time.monotonic() < deadline:
+                time.sleep(0.2)
+            late = api.get("/v1/jobs/pa-2").json()
+            assert late["state"] == "running" and late["mode"] == "opportunistic", late
+            assert [e["reason"] for e in events(api, "pa-2")][-1] == "started (opportunistic)"
+            assert submitted(api, job("pb-1", 4, "b")) == "running"  # within b's guarantee: in pa-2's place
+            back = api.get("/v1/jobs/pa-2").json()
+            assert back["state"] == "pending" and back["mode"] == "guaranteed", back
+            assert "preempted (opportunistic) for 'pb-1'" in events(api, "pa-2")[-1]["reason"]
+    finally:
+        server.stop()
+
+
 class Crowd:
     """Clients submitting to two processes in turn, cancelling some on the other, releasing older ones."""
 

@@ -80,3 +80,19 @@ def test_the_table_and_bad_options(tmp_path: Path) -> None:
         bad = gpuplace("simulate", "scheduled", "--jobs", "10", *args, home=tmp_path, timeout_s=900)
         assert bad.returncode == 2, (args, bad.stderr)
         assert named in bad.stderr
+
+
+def test_the_wait_after_which_a_job_may_start_opportunistically_is_an_option_the_ablation_turns_off(
+        tmp_path: Path) -> None:
+    result = gpuplace("simulate", "scheduled", "--jobs", "80", "--cluster", "big-node", "--gpus", "64", "--load", "4",
+                      "--queues", "by-user:2", "--opportunistic-after-s", "300", "--ablation", "--json",
+                      "--out", str(tmp_path / "p"), home=tmp_path, timeout_s=900)
+    assert result.returncode == 0, result.stderr
+    runs = json.loads(result.stdout)["runs"]
+    assert "no-opportunistic-after" in runs
+    assert runs["full"]["settings"]["opportunistic_after_s"] == 300.0
+    assert runs["no-opportunistic-after"]["settings"]["opportunistic_after_s"] is None
+    assert all(run["quota_violations"] == 0 for run in runs.values())
+    bad = gpuplace("simulate", "scheduled", "--jobs", "10", "--opportunistic-after-s", "-5", home=tmp_path,
+                   timeout_s=900)
+    assert bad.returncode == 2 and "--opportunistic-after-s" in bad.stderr

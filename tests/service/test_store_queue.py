@@ -15,6 +15,7 @@ import pytest
 from placement.model.demand import Job
 from placement.online.policies import online_policy
 from placement.scheduling.jobs import JobMode
+from placement.scheduling.settings import SchedulingSettings
 from service.cycle import Cycle, run_cycle, schedule_pass
 from service.store import (
     CANCELLED,
@@ -198,6 +199,24 @@ def test_higher_priority_preempts_and_the_victim_waits_again_with_its_history(an
     run_cycle(store, [End("urgent")])
     assert schedule_pass(store, PLANNER).started == ("low",)  # back at its place, started again
     assert [e.state for e in store.events("low")][-1] == RUNNING
+
+
+def test_a_preempted_job_waits_again_in_the_mode_it_was_submitted_in(any_store: Store) -> None:
+    # "late", guaranteed but over its queue's quota, starts opportunistically at once (no patience), then gives way
+    # to a job within its queue's guarantee: it waits again as guaranteed, not in the mode it ran in
+    store, planner = any_store, Planner(PLACE, SchedulingSettings(opportunistic_after_s=0.0))
+    queues = [{"name": "a", "quota": {"gpus": 8}}, {"name": "b", "quota": {"gpus": 8}}]
+    run_cycle(store, [SetQueues({"queues": queues})])
+    submit(store, job("first", gpu=1.0, instances=8), queue="a")
+    submit(store, job("late", gpu=1.0, instances=4), queue="a")
+    scheduled = schedule_pass(store, planner)
+    assert scheduled.started == ("first", "late") and scheduled.plan.starts[1].mode is JobMode.OPPORTUNISTIC
+    assert store.job("late").mode == JobMode.OPPORTUNISTIC.value  # type: ignore[union-attr]
+    submit(store, job("other", gpu=1.0, instances=8), queue="b")
+    scheduled = schedule_pass(store, planner)
+    assert scheduled.preempted == ("late",) and scheduled.started == ("other",)
+    assert store.job("late").state == PENDING  # type: ignore[union-attr]
+    assert store.job("late").mode == JobMode.GUARANTEED.value  # type: ignore[union-attr]
 
 
 def test_another_process_catches_up_with_starts_preemptions_and_restarts(database_url: str) -> None:
