@@ -4,8 +4,8 @@ service's scheduling passes call, with its queues, quotas, preemption, opportuni
 Events, in time order: a job's arrival (its submit time), its end (start + its real duration) and the time the
 last plan says time alone may change a pass's decisions (``Plan.wake_s``: a reservation coming due, or a waiting
 job reaching the wait after which it may start opportunistically), as the service's timer wakes a pass. At one
-time, ends go first, then arrivals, then due times; then one scheduling pass on
-every pending and running job, whose plan is committed as the service commits it (``apply_plan``):
+time, ends go first, then arrivals, then due times; then one scheduling pass on every pending and running job,
+whose plan is committed as the service commits it (``apply_plan``):
 
 * a preempted job goes back to pending with its submit time, and loses its work: it restarts from scratch,
   and the GPU-seconds it had run are counted lost. The end event of the run it lost is passed over (each
@@ -149,8 +149,8 @@ class ReplayResult:
     """End events of runs lost to preemption, passed over."""
     upgrades: int = 0
     timed_wakes: int = 0
-    """Passes woken by time alone (``Plan.wake_s``: a reservation coming due, a waiting job's patience run out)."""
-    """Due times woken (each a pass, unless other events fell at the same time)."""
+    """Times woken by time alone (``Plan.wake_s``: a reservation coming due, a waiting job's patience run out), each
+    a pass unless other events fell at the same time."""
     span_s: float = 0.0
     """First arrival to the last event."""
 
