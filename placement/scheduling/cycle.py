@@ -152,10 +152,12 @@ def _guaranteed(state: CycleState, jobs: dict[str, list[PendingJob]]) -> list[Pe
             i += 1
             reason = _decide(state, facts, heads_reserved)
             if reason in _LATE:
-                if state.now - facts.pending.submit_s >= patience:
+                # one sum for both: the time it is late from is then always after a time it is not late at
+                patient_until = facts.pending.submit_s + patience
+                if state.now >= patient_until:
                     late.append(facts.pending)
-                elif patience < math.inf:  # a pass then may start it opportunistically: wake one
-                    state.patience_ends = min(state.patience_ends, facts.pending.submit_s + patience)
+                elif patient_until < state.patience_ends:  # a pass then may start it opportunistically: wake one
+                    state.patience_ends = patient_until
             if state.book.version != book_version:  # every head's turn may have moved
                 taken[name] = i
                 turns = {n: _turn(state, lines[n][taken[n]], shares) for n in turns if taken[n] < len(lines[n])}

@@ -132,6 +132,11 @@ def test_a_job_out_of_patience_wakes_a_pass_that_starts_it_opportunistically() -
     patient = run(cluster, jobs, queue_set, opportunistic_after_s=60.0)
     assert patient.timed_wakes == 1 and patient.outcomes[1].start_s == 70.0
     assert run(cluster, jobs, queue_set).outcomes[1].start_s == 1000.0
+    # the wait runs out at 469.3 + 85.0, from which 469.3 taken is a little under 85.0 in floating point: a job judged
+    # by the difference would not be late when its wake-up comes, and would ask for the same wake-up again
+    assert (469.3 + 85.0) - 469.3 < 85.0
+    odd = [job("X", "q", 0.0, 2.0, 1000.0), job("Y", "q", 469.3, 1.0, 50.0)]
+    assert run(cluster, odd, queue_set, opportunistic_after_s=85.0).outcomes[1].start_s == 469.3 + 85.0
 
 
 def test_jobs_that_can_never_start_are_reported_and_never_wait() -> None:
