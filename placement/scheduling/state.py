@@ -201,6 +201,7 @@ class CycleState:
         wake = min((h.reservation.at_s for h in self.held if h.reservation.at_s > self.now),
                    default=math.inf)
         wake = min(wake, self.patience_ends)
+        assert wake > self.now, "a plan's wake-up lies ahead: waking at its own time would decide the same again"
         return Plan(self.generation, self.now, tuple(self.starts), tuple(self.preemptions),
                     tuple(h.reservation for h in self.held), tuple(self.upgrades), tuple(self.waiting.values()),
                     usage, None if wake == math.inf else wake)

@@ -304,7 +304,7 @@ class _Replay:
         self.result.passes += 1
         self._commit(plan, now)
         self._check_quota(now)
-        if plan.wake_s is not None and plan.wake_s > now and plan.wake_s not in self.dues:
+        if plan.wake_s is not None and plan.wake_s not in self.dues:
             self.dues.add(plan.wake_s)
             heapq.heappush(self.events, (plan.wake_s, DUE, -1, 0))
 
