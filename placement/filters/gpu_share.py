@@ -23,7 +23,7 @@ from placement.model.layout import MIB_PER_GIB, MILLI, BoolArray, IntArray, Layo
 
 def share_mem_per_gpu(layout: Layout, need: Need, span: slice) -> IntArray:
     """GPU memory (MiB) one share of ``need`` takes on each GPU of ``span`` (read-only)."""
-    shared = _share_mem(layout, need)
+    shared = share_mem(layout, need)
     return np.full(span.stop - span.start, shared) if isinstance(shared, int) else shared[span]
 
 
@@ -55,7 +55,7 @@ def shares_on(usage: Usage, need: Need, machine: int, enough: int = UNBOUNDED) -
     span = slice(first, first + int(layout.gpu_count[machine]))
     if span.stop - span.start > FEW_GPUS_PER_MACHINE:
         if enough == 1:  # whether one GPU takes a share: four array operations, not the count of every GPU's room
-            caps, mem_need = layout.gpu_mem_cap[span], _share_mem(layout, need)
+            caps, mem_need = layout.gpu_mem_cap[span], share_mem(layout, need)
             per_gpu = mem_need if isinstance(mem_need, int) else mem_need[span]
             return int(bool(np.any((usage.gpu_milli[span] + need.gpu_milli <= MILLI) & (caps > 0)
                                    & (usage.gpu_mem[span] + per_gpu <= caps))))
@@ -72,7 +72,7 @@ def shares_on(usage: Usage, need: Need, machine: int, enough: int = UNBOUNDED) -
     return room
 
 
-def _share_mem(layout: Layout, need: Need) -> int | IntArray:
+def share_mem(layout: Layout, need: Need) -> int | IntArray:
     """GPU memory (MiB) one share of ``need`` takes: its own figure, or per GPU of the layout in proportion (kept
     per share with the layout: the same few shares come again and again; read-only)."""
     if need.gpu_mem_mib >= 0:
@@ -93,7 +93,7 @@ class GpuShare:
             return usage.layout.derived.all_machines
         layout = usage.layout
         cap = layout.gpu_mem_cap
-        mem_need = _share_mem(layout, need)
+        mem_need = share_mem(layout, need)
         on_gpu = (usage.gpu_milli + need.gpu_milli <= MILLI) & (usage.gpu_mem + mem_need <= cap) & (cap > 0)
         fits: BoolArray = np.zeros(len(layout.cpu_cap), dtype=bool)
         fits[layout.gpu_machine[on_gpu]] = True  # a machine passes if any of its GPUs does

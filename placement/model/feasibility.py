@@ -173,7 +173,30 @@ def _capacity_problems(snapshot: ClusterSnapshot, gpu_add: dict[int, list[int]],
 
 
 def _over_capacity_numpy(snapshot: ClusterSnapshot, allocation: Allocation) -> list[str]:
-    """:func:`_over_capacity` for an allocation of many GPUs, summed per GPU and per machine in numpy."""
+    """:func:`_over_capacity` for an allocation of many GPUs, summed per GPU and per machine in numpy: a few
+    calls whatever the allocation holds (the sums over the whole cluster's GPUs and machines are single passes in
+    C, cheaper than grouping the allocation's own); only an allocation that goes over is summed again, per GPU
+    and machine it holds, for the words."""
+    layout, instances = snapshot.layout, allocation.instances
+    held = [len(p.gpus) for p in instances]
+    gpus = np.fromiter((g for p in instances for g in p.gpus), dtype=np.int64, count=sum(held))
+    machines = np.fromiter((p.machine for p in instances), dtype=np.int64, count=len(instances))
+    amounts = np.array([(p.gpu_milli, p.gpu_mem_mib, p.cpu_milli, p.mem_mib) for p in instances], dtype=np.float64)
+    per_gpu = np.repeat(amounts[:, :2], held, axis=0)  # exact: the amounts are integers far below 2**53
+    n_gpus, n_machines = len(layout.gpu_mem_cap), len(layout.cpu_cap)
+    if ((snapshot.gpu_milli_used[gpus] + np.bincount(gpus, per_gpu[:, 0], n_gpus)[gpus] > MILLI).any()
+            or (snapshot.gpu_mem_used[gpus] + np.bincount(gpus, per_gpu[:, 1], n_gpus)[gpus]
+                > layout.gpu_mem_cap[gpus]).any()
+            or (snapshot.cpu_used[machines] + np.bincount(machines, amounts[:, 2], n_machines)[machines]
+                > layout.cpu_cap[machines]).any()
+            or (snapshot.mem_used[machines] + np.bincount(machines, amounts[:, 3], n_machines)[machines]
+                > layout.mem_cap[machines]).any()):
+        return _over_capacity_words(snapshot, allocation)
+    return []
+
+
+def _over_capacity_words(snapshot: ClusterSnapshot, allocation: Allocation) -> list[str]:
+    """What :func:`_over_capacity_numpy` found, in words: the first GPU or machine over each capacity."""
     layout, instances = snapshot.layout, allocation.instances
     held = [len(p.gpus) for p in instances]
     gpus, at_gpu = np.unique(np.fromiter((g for p in instances for g in p.gpus), dtype=np.int64, count=sum(held)),

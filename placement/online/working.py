@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from placement.filters import gpu_share
 from placement.filters.chain import OK, Chain, chain_for
-from placement.filters.gpu_share import fitting_gpus, share_mem_per_gpu, share_room_per_gpu
+from placement.filters.gpu_share import fitting_gpus, share_mem, share_mem_per_gpu, share_room_per_gpu
 from placement.model.feasibility import Need
 from placement.model.snapshot import MILLI, ClusterSnapshot, InstancePlacement, allocated_share
 
@@ -206,6 +206,9 @@ class WorkingState:
     def _take_small(self, machine: int, task_index: int, need: Need, count: int,
                     span: slice, keep: bool) -> list[InstancePlacement]:
         """GPU choice and GPU bookkeeping of :meth:`take_many` on Python integers."""
+        gpus = span.stop - span.start
+        if need.whole_gpus and need.whole_gpus * count <= gpus == self.free_whole.item(machine):
+            return self._take_free_machine(machine, task_index, need, count, span, keep)
         placed: list[InstancePlacement] = []
         milli, mem = self.gpu_milli[span].tolist(), self.gpu_mem[span].tolist()
         caps = self.layout.gpu_mem_cap[span].tolist()
@@ -232,6 +235,20 @@ class WorkingState:
             self.free_whole[machine] = free_whole
         return placed
 
+    def _take_free_machine(self, machine: int, task_index: int, need: Need, count: int, span: slice,
+                           keep: bool) -> list[InstancePlacement]:
+        """Whole GPUs of :meth:`_take_small` on a machine none of whose GPUs is in use: the lowest free ones are its
+        first ones, so nothing is searched (a gang of whole machines takes one such machine per instance)."""
+        whole, first = need.whole_gpus, span.start
+        gpu_mem = self.layout.gpu_mem_cap.item(first)
+        if keep:
+            taken = slice(first, first + whole * count)
+            self.gpu_milli[taken] += need.gpu_milli
+            self.gpu_mem[taken] += gpu_mem
+            self.free_whole[machine] -= whole * count
+        return [InstancePlacement(task_index, machine, tuple(range(first + k * whole, first + (k + 1) * whole)),
+                                  need.gpu_milli, gpu_mem, need.cpu_milli, need.mem_mib) for k in range(count)]
+
     def _take_large_whole(self, machine: int, task_index: int, need: Need, span: slice,
                           count: int, keep: bool) -> list[InstancePlacement]:
         """Whole GPUs of :meth:`take_many` on a large node: the lowest free ones, ``count`` instances at once."""
@@ -251,23 +268,20 @@ class WorkingState:
         """GPU shares of :meth:`take_many` on a large node, in numpy, all at once. One at a time, each
         share goes to the fullest GPU that fits it (ties: lowest index); that GPU only gets fuller, so
         it stays first until full. Hence: GPUs by (fullest, lowest index), each filled in turn."""
+        if count == 1:
+            return self._take_one_share(machine, task_index, need, span, keep)
         milli, mem, caps = self.gpu_milli[span], self.gpu_mem[span], self.layout.gpu_mem_cap[span]
         if not keep:
             milli, mem = milli.copy(), mem.copy()
         per_gpu = share_mem_per_gpu(self.layout, need, span)
-        if count == 1:  # the fullest that fits, the first among equals: no order of every GPU
-            usable = np.flatnonzero((milli + need.gpu_milli <= MILLI) & (mem + per_gpu <= caps) & (caps > 0))
-            touched = usable[np.argmax(milli[usable]):][:1] if len(usable) else usable
-            taken = np.ones(len(touched), dtype=np.int64)
-        else:
-            room = share_room_per_gpu(milli, mem, caps, need, per_gpu)
-            usable = np.flatnonzero(room > 0)  # ascending: a stable order by fullness keeps the lowest first
-            order = usable[np.argsort(-milli[usable], kind="stable")]
-            touched = order[:int(np.searchsorted(np.cumsum(room[order]), count)) + 1]
-            taken = room[touched]  # each filled in turn, the last only as far as the count goes
-            excess = int(taken.sum()) - count
-            if excess > 0:
-                taken[-1] -= excess
+        room = share_room_per_gpu(milli, mem, caps, need, per_gpu)
+        usable = np.flatnonzero(room > 0)  # ascending: a stable order by fullness keeps the lowest first
+        order = usable[np.argsort(-milli[usable], kind="stable")]
+        touched = order[:int(np.searchsorted(np.cumsum(room[order]), count)) + 1]
+        taken = room[touched]  # each filled in turn, the last only as far as the count goes
+        excess = int(taken.sum()) - count
+        if excess > 0:
+            taken[-1] -= excess
         if keep:
             self.free_whole[machine] -= int(np.count_nonzero((milli[touched] == 0) & (mem[touched] == 0)))
         milli[touched] += taken * need.gpu_milli  # each GPU once: no unbuffered adds
@@ -276,6 +290,26 @@ class WorkingState:
         held = per_gpu[touched].tolist()
         return [InstancePlacement(task_index, machine, (span.start + g,), need.gpu_milli, m, need.cpu_milli,
                                   need.mem_mib) for g, m in zip(gpus, np.repeat(held, taken).tolist(), strict=True)]
+
+    def _take_one_share(self, machine: int, task_index: int, need: Need, span: slice,
+                        keep: bool) -> list[InstancePlacement]:
+        """One share of :meth:`_take_large_shares`: the fullest GPU that fits it, the first among equals (``argmax``
+        finds the first), booked as Python integers: a few array operations over the node, not a dozen."""
+        milli, mem, caps = self.gpu_milli[span], self.gpu_mem[span], self.layout.gpu_mem_cap[span]
+        per_gpu = share_mem(self.layout, need)
+        per_gpu = per_gpu if isinstance(per_gpu, int) else per_gpu[span]
+        fits = (milli <= MILLI - need.gpu_milli) & (mem + per_gpu <= caps) & (caps > 0)
+        best = int(np.argmax(np.where(fits, milli, -1)))
+        if not fits.item(best):
+            return []
+        gpu_mem = per_gpu if isinstance(per_gpu, int) else per_gpu.item(best)
+        if keep:
+            used, held = milli.item(best), mem.item(best)
+            if used == 0 and held == 0:
+                self.free_whole[machine] -= 1
+            milli[best], mem[best] = used + need.gpu_milli, held + gpu_mem
+        return [InstancePlacement(task_index, machine, (span.start + best,), need.gpu_milli, gpu_mem, need.cpu_milli,
+                                  need.mem_mib)]
 
     def put(self, placement: InstancePlacement) -> None:
         """Hold ``placement`` where it says (its GPUs as given, not chosen here), as :meth:`take` would have."""
