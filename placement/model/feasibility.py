@@ -17,7 +17,7 @@ import numpy as np
 
 from placement.model.demand import Job, Task
 from placement.model.layout import Table
-from placement.model.snapshot import MIB_PER_GIB, MILLI, Allocation, ClusterSnapshot, IntArray, up
+from placement.model.snapshot import MIB_PER_GIB, MILLI, Allocation, ClusterSnapshot, InstancePlacement, IntArray, up
 
 
 @dataclass(frozen=True)
@@ -99,9 +99,26 @@ MANY_GPUS = 32
 def _over_capacity(snapshot: ClusterSnapshot, allocation: Allocation) -> list[str]:
     """Capacity checks on the GPUs and machines the allocation touches (nothing else changes): O(what the
     allocation holds)."""
-    if sum(len(p.gpus) for p in allocation.instances) >= MANY_GPUS:
+    instances = allocation.instances
+    if len(instances) == 1 and _fits_alone(snapshot, instances[0]):
+        return []
+    if sum(len(p.gpus) for p in instances) >= MANY_GPUS:
         return _over_capacity_numpy(snapshot, allocation)
     return _capacity_problems(snapshot, *_held(allocation))
+
+
+def _fits_alone(snapshot: ClusterSnapshot, p: InstancePlacement) -> bool:
+    """Whether one instance, the allocation's only one, fits what its GPUs and machine have free: then what each
+    gains is the instance's own amounts, with nothing to add up (most jobs are one instance). ``False`` also where
+    that is not known so (a GPU listed twice, many GPUs): the general check decides."""
+    gpus, m, layout = p.gpus, p.machine, snapshot.layout
+    if len(gpus) >= MANY_GPUS or (len(gpus) > 1 and len(set(gpus)) != len(gpus)):
+        return False
+    if (snapshot.cpu_used.item(m) + p.cpu_milli > layout.cpu_cap.item(m)
+            or snapshot.mem_used.item(m) + p.mem_mib > layout.mem_cap.item(m)):
+        return False
+    milli, mem, caps = snapshot.gpu_milli_used, snapshot.gpu_mem_used, layout.gpu_mem_cap
+    return all(milli.item(g) + p.gpu_milli <= MILLI and mem.item(g) + p.gpu_mem_mib <= caps.item(g) for g in gpus)
 
 
 def crowded_by(snapshot: ClusterSnapshot, allocation: Allocation, other: Allocation) -> bool:
@@ -230,10 +247,13 @@ def _over_capacity_words(snapshot: ClusterSnapshot, allocation: Allocation) -> l
 def _gang(job: Job, allocation: Allocation) -> list[str]:
     if allocation.job_id != job.job_id:
         return [f"allocation is for job {allocation.job_id}, not {job.job_id}"]
+    instances, tasks = allocation.instances, job.tasks
+    if len(tasks) == 1 and len(instances) == tasks[0].instances and all(p.task == 0 for p in instances):
+        return []  # the usual job, checked without counting per task
     counts: dict[int, int] = {}
-    for p in allocation.instances:
+    for p in instances:
         counts[p.task] = counts.get(p.task, 0) + 1
-    wanted = {i: t.instances for i, t in enumerate(job.tasks)}
+    wanted = {i: t.instances for i, t in enumerate(tasks)}
     if counts != wanted:
         return [f"gang broken: placed instances per task {counts}, job needs {wanted}"]
     return []
@@ -246,7 +266,7 @@ def _instances(snapshot: ClusterSnapshot, job: Job, allocation: Allocation) -> l
     layout = snapshot.layout
     machines, types, gpu_type = len(layout.cpu_cap), layout.gpu_types, layout.gpu_type
     gpu_first, gpu_count, caps = layout.gpu_first, layout.gpu_count, layout.gpu_mem_cap
-    asks = [_asks.get(task, partial(_Asks.of, task)) for task in job.tasks]
+    asks = _asks.get(job.tasks, partial(_asks_of, job.tasks))
     problems: list[str] = []
     for i, p in enumerate(allocation.instances):
         ask, m, gpus = asks[p.task], p.machine, p.gpus
@@ -287,5 +307,9 @@ class _Asks:
                      frozenset())
 
 
-_asks: Table[Task, _Asks] = Table(_MOST_NEEDS)
-"""Each task's asks (:meth:`_Asks.of`), worked out once: the checker runs after every placement."""
+def _asks_of(tasks: tuple[Task, ...]) -> tuple[_Asks, ...]:
+    return tuple(_Asks.of(task) for task in tasks)
+
+
+_asks: Table[tuple[Task, ...], tuple[_Asks, ...]] = Table(_MOST_NEEDS)
+"""Each job's tasks' asks (:meth:`_Asks.of`), worked out once: the checker runs after every placement."""

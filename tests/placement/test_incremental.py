@@ -433,3 +433,28 @@ def test_the_scorer_on_small_and_large_machines_at_once_gives_the_measure(mix: M
     assert np.array_equal(cost, added(rows, need, table)[0])  # the exact cost of the best way
     if need.gpu_milli and not need.whole_gpus:  # the GPU of the best way in FGD's points
         assert np.array_equal(gpu, added(rows, need, table, step)[1])
+
+
+@SLOW
+@given(snapshot=occupied(), pick=st.integers(0, 10_000), gpus=st.integers(0, 3),
+       slack=st.tuples(*[st.sampled_from([-300, -1, 0, 1]) for _ in range(4)]), twice=st.booleans())
+def test_one_instance_is_checked_as_any_allocation(snapshot: ClusterSnapshot, pick: int, gpus: int,
+                                                   slack: tuple[int, int, int, int], twice: bool) -> None:
+    """SYNTHETIC: an allocation of one instance (its first GPU listed twice or not) asking for what its first GPU and
+    its machine have free, give or take a little, has the problems the general check finds, GPU by GPU and machine by
+    machine."""
+    layout = snapshot.layout
+    machine = pick % len(snapshot.cluster)
+    first, count = int(layout.gpu_first[machine]), int(layout.gpu_count[machine])
+    held = tuple(first + (pick + k) % count for k in range(min(gpus, count))) if count else ()
+    gpu = held[0] if held else first
+    free = (MILLI - int(snapshot.gpu_milli_used[gpu]) if held else 0,
+            int(layout.gpu_mem_cap[gpu] - snapshot.gpu_mem_used[gpu]) if held else 0,
+            int(layout.cpu_cap[machine] - snapshot.cpu_used[machine]),
+            int(layout.mem_cap[machine] - snapshot.mem_used[machine]))
+    milli, mem, cpu, ram = (max(0, f + s) for f, s in zip(free, slack, strict=True))
+    if twice and held:
+        held += held[:1]
+    allocation = Allocation("x", (InstancePlacement(0, machine, held, milli, mem, cpu, ram),))
+    general = feasibility._capacity_problems(snapshot, *feasibility._held(allocation))
+    assert feasibility._over_capacity(snapshot, allocation) == general
