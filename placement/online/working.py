@@ -243,8 +243,8 @@ class WorkingState:
         gpu_mem = self.layout.gpu_mem_cap.item(first)
         if keep:
             taken = slice(first, first + whole * count)
-            self.gpu_milli[taken] += need.gpu_milli
-            self.gpu_mem[taken] += gpu_mem
+            self.gpu_milli[taken] = need.gpu_milli  # free GPUs: what they hold is the instance's
+            self.gpu_mem[taken] = gpu_mem
             self.free_whole[machine] -= whole * count
         return [InstancePlacement(task_index, machine, tuple(range(first + k * whole, first + (k + 1) * whole)),
                                   need.gpu_milli, gpu_mem, need.cpu_milli, need.mem_mib) for k in range(count)]
