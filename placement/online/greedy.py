@@ -245,6 +245,36 @@ def _demands_in_order(job: Job) -> tuple[tuple[int, Need, int], ...]:
     return found
 
 
+EXACT_ROOM_MACHINES = 64
+"""Machines up to which :func:`fits_by_room` counts their exact room one by one (above, the policy is asked)."""
+
+
+def fits_by_room(snapshot: ClusterSnapshot, job: Job) -> bool | None:
+    """Whether every greedy policy places ``job`` on ``snapshot``, where the filters tell without placing it; ``None``
+    where they do not tell cheaply (instances of several demands, which compete for the same machines; more than
+    ``EXACT_ROOM_MACHINES`` machines with room to count).
+
+    A job whose instances all ask the same fits exactly where the machines' room for them adds up to as many: a
+    machine's room for one demand is its own (``room_at``, exact), and each greedy step puts an instance on a machine
+    with room and takes one from it. The filters' bound over every machine (``Chain.room``, which leaves a share's
+    GPU memory out) says first where even that falls short."""
+    needs = needs_of(job)
+    if len(needs) != 1:
+        return None
+    need, count = needs[0]
+    working = WorkingState(snapshot)
+    ok = working.candidates(need).ok
+    machines = np.flatnonzero(ok)
+    if count == 1 or not len(machines):
+        return bool(len(machines))
+    chain = chain_for(need)
+    if int(chain.room(working, ok).sum()) < count:
+        return False
+    if len(machines) > EXACT_ROOM_MACHINES:
+        return None
+    return sum(chain.room_at(working, m) for m in machines.tolist()) >= count
+
+
 def _room_total(working: WorkingState, need: Need) -> int:
     """How many instances of ``need`` the machines take together at most."""
     return int(chain_for(need).room(working, working.candidates(need).ok).sum())

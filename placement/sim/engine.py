@@ -43,8 +43,8 @@ from placement.model.cluster import Cluster
 from placement.model.demand import Task
 from placement.model.feasibility import Need, need_of
 from placement.model.snapshot import MILLI, Allocation, ClusterSnapshot, Layout, apply, release
-from placement.online.greedy import PlacementConfig
-from placement.online.policies import OnlinePolicy, online_policy
+from placement.online.greedy import PlacementConfig, fits_by_room
+from placement.online.policies import LEARNING, OnlinePolicy, online_policy
 from placement.sim.jobs import SimJob
 from placement.sim.pass_memo import PassMemo, Sizes
 from placement.sim.queues import QueuePolicy, WaitingQueue
@@ -158,6 +158,9 @@ class _State:
     fits_empty: dict[tuple[str, ...], tuple[str, ...] | None] = field(default_factory=dict)
     fluid: bool = False
     """One pool of capacity, no placement (see the module's notes)."""
+    learning: bool = False
+    """Whether the placement policy learns from the jobs it is asked about (then it is asked whether a new shape
+    fits the empty cluster, as before, rather than told by the filters)."""
     totals: np.ndarray = field(default_factory=lambda: np.zeros((5, 0), dtype=np.int64))
     """Per job (columns), its GPU milli, CPU milli, memory MiB, whole GPUs and largest share of one GPU (these
     two 0 on a fluid cluster): the free-totals check of a whole queue at once."""
@@ -197,6 +200,7 @@ def simulate(cluster: Cluster, jobs: Sequence[SimJob], policy: str, queue: Queue
                                     for d in demands], dtype=np.int64).reshape(-1, 5).T.copy(),
                    share_room=None if fluid else ShareRoom([_one_task(j, d)
                                                             for j, d in zip(jobs, demands, strict=True)]))
+    state.learning = policy in LEARNING
     state.asked = tuple(np.flatnonzero(state.totals.any(axis=1)).tolist())
     state.asked_totals = np.ascontiguousarray(state.totals[list(state.asked)])
     result = SimResult(records, total_gpus=float(cluster.total_gpus), runtime=runs.name)
@@ -246,7 +250,8 @@ def _arrive(state: _State, job: SimJob, i: int, demand: _Demand, place: OnlinePo
         if state.fluid:
             state.fits_empty[demand.shape] = _beyond_pool(demand, empty.layout)
         else:
-            fits = place(empty, job.job).allocation is not None
+            known = None if state.learning else fits_by_room(empty, job.job)  # a learning policy learns from it
+            fits = known if known is not None else place(empty, job.job).allocation is not None
             state.fits_empty[demand.shape] = None if fits else explained(empty, job.job).reasons
     reasons = state.fits_empty[demand.shape]
     if reasons is not None:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from placement.model import feasibility, states
 from placement.model.cluster import Cluster, Machine, build_cluster
 from placement.model.demand import Job, Role, Task
-from placement.model.feasibility import Need, need_of
+from placement.model.feasibility import Need, need_of, needs_of
 from placement.model.layout import FloatArray, IntArray
 from placement.model.network import NetworkTally
 from placement.model.snapshot import MILLI, Allocation, ClusterSnapshot, InstancePlacement, apply, release
@@ -32,7 +32,7 @@ from placement.online.frag_measure import (
     measure,
     rows_of,
 )
-from placement.online.greedy import PlacementConfig, Step, _build, never_fills
+from placement.online.greedy import PlacementConfig, Step, _build, fits_by_room, never_fills
 from placement.online.machine_states import MachineStates
 from placement.online.policies import CHOOSERS, FILLS, LEARNING, fresh_chooser, online_policy
 from placement.online.scorers import base, fragmentation
@@ -458,3 +458,18 @@ def test_one_instance_is_checked_as_any_allocation(snapshot: ClusterSnapshot, pi
     allocation = Allocation("x", (InstancePlacement(0, machine, held, milli, mem, cpu, ram),))
     general = feasibility._capacity_problems(snapshot, *feasibility._held(allocation))
     assert feasibility._over_capacity(snapshot, allocation) == general
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshot=occupied(), job=jobs("j"), instances=st.integers(1, 12), one_task=st.booleans(),
+       policy=st.sampled_from(sorted(CHOOSERS)))
+def test_the_filters_tell_whether_a_job_of_one_demand_fits_as_every_policy_does(
+        snapshot: ClusterSnapshot, job: Job, instances: int, one_task: bool, policy: str) -> None:
+    """SYNTHETIC: where ``fits_by_room`` answers, every policy places the job exactly when it says so."""
+    if one_task:
+        job = replace(job, tasks=(replace(job.tasks[0], instances=instances),))
+    known = fits_by_room(snapshot, job)
+    if len(needs_of(job)) == 1:
+        assert known is not None
+    if known is not None:
+        assert (online_policy(policy)(snapshot, job).allocation is not None) == known
