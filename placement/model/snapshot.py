@@ -198,11 +198,9 @@ def _with(snapshot: ClusterSnapshot, allocation: Allocation, sign: int,
     cpu, mem = snapshot.cpu_used.copy(), snapshot.mem_used.copy()
     instances = allocation.instances
     held, machines = _held_gpus(allocation), _amounts_by_machine(allocation)
+    freed: dict[int, int] = {}
     if held is None:
-        for p in instances:
-            for g in p.gpus:
-                gpu_milli[g] += sign * p.gpu_milli
-                gpu_mem[g] += sign * p.gpu_mem_mib
+        freed = _add_on_gpus(snapshot.layout, gpu_milli, gpu_mem, allocation, sign)
     else:
         ids, per = held
         np.add.at(gpu_milli, ids, sign * np.repeat(np.array([p.gpu_milli for p in instances], np.int64), per))
@@ -212,15 +210,38 @@ def _with(snapshot: ClusterSnapshot, allocation: Allocation, sign: int,
         mem[machine] += sign * mem_mib
     child = ClusterSnapshot(snapshot.cluster, snapshot.generation + 1, frozen(gpu_milli), frozen(gpu_mem),
                             frozen(cpu), frozen(mem), allocations)
-    _carry_derived(snapshot, child, allocation, sign, held, machines)
+    _carry_derived(snapshot, child, sign, held, machines, freed)
     return child
 
 
-def _carry_derived(parent: ClusterSnapshot, child: ClusterSnapshot, allocation: Allocation, sign: int,
-                   held: tuple[IntArray, list[int]] | None, machines: dict[int, tuple[int, int, int]]) -> None:
-    """Give ``child`` the sums per machine and per GPU type ``parent`` has derived, changed by ``allocation`` alone:
-    O(GPUs the allocation holds), where summing its machines again would cost O(GPUs of those machines)
-    (on one big node, every GPU of the cluster, on every start and end of a replay)."""
+def _add_on_gpus(layout: Layout, gpu_milli: IntArray, gpu_mem: IntArray, allocation: Allocation,
+                 sign: int) -> dict[int, int]:
+    """Add (``sign``) what ``allocation`` holds to the GPUs' usage ``gpu_milli`` and ``gpu_mem`` (copies to change), one
+    GPU at a time as Python integers; returns per machine how many of its GPUs became completely free (negative:
+    were taken), read off the values as they change (summed over instances sharing a GPU, the changes add up to
+    the GPU's whole change), so that the derived sums need not read the GPUs again."""
+    milli_at, mem_at, machine_of = gpu_milli.item, gpu_mem.item, layout.gpu_machine.item
+    freed: dict[int, int] = {}
+    for p in allocation.instances:
+        milli_add, mem_add = sign * p.gpu_milli, sign * p.gpu_mem_mib
+        for g in p.gpus:
+            was_milli, was_mem = milli_at(g), mem_at(g)
+            now_milli, now_mem = was_milli + milli_add, was_mem + mem_add
+            gpu_milli[g], gpu_mem[g] = now_milli, now_mem
+            change = (now_milli == 0 and now_mem == 0) - (was_milli == 0 and was_mem == 0)
+            if change:
+                machine = machine_of(g)
+                freed[machine] = freed.get(machine, 0) + change
+    return freed
+
+
+def _carry_derived(parent: ClusterSnapshot, child: ClusterSnapshot, sign: int, held: tuple[IntArray, list[int]] | None,
+                   machines: dict[int, tuple[int, int, int]], freed: dict[int, int]) -> None:
+    """Give ``child`` the sums per machine and per GPU type ``parent`` has derived, changed by one allocation alone
+    (``sign``: added or taken; ``held``: its GPUs where many, ``machines``: its amounts per machine, ``freed``: per
+    machine the change in completely free GPUs, where its GPUs were few): O(GPUs the allocation holds), where summing
+    its machines again would cost O(GPUs of those machines) (on one big node, every GPU of the cluster, on every start
+    and end of a replay)."""
     known, sums, layout = parent._per_machine, child._per_machine, child.layout
     registry = layout.derived.state_ids if known.state_ids is not None else None
     if registry is not None and known.state_ids is not None and known.state_ids[0] == registry.epoch:
@@ -239,18 +260,16 @@ def _carry_derived(parent: ClusterSnapshot, child: ClusterSnapshot, allocation: 
     for machine, (_, _, gpu_milli) in machines.items():
         milli[machine] += sign * gpu_milli
     if held is None:
-        for g in {g for p in allocation.instances for g in p.gpus}:  # free: no share and no memory held
-            was = parent.gpu_milli_used.item(g) == 0 and parent.gpu_mem_used.item(g) == 0
-            now = child.gpu_milli_used.item(g) == 0 and child.gpu_mem_used.item(g) == 0
-            free[layout.gpu_machine.item(g)] += int(now) - int(was)
+        for machine, change in freed.items():  # worked out as the GPUs were added to
+            free[machine] += change
     else:
         ids = np.unique(held[0])
         was = (parent.gpu_milli_used[ids] == 0) & (parent.gpu_mem_used[ids] == 0)
         now = (child.gpu_milli_used[ids] == 0) & (child.gpu_mem_used[ids] == 0)
         np.add.at(free, layout.gpu_machine[ids], now.astype(np.int64) - was.astype(np.int64))
     for m in machines:
-        count = int(layout.gpu_count[m])
-        share[m] = int(milli[m]) / (count * MILLI) if count else child.cpu_used[m] / max(int(layout.cpu_cap[m]), 1)
+        count = layout.gpu_count.item(m)
+        share[m] = milli.item(m) / (count * MILLI) if count else child.cpu_used.item(m) / max(layout.cpu_cap.item(m), 1)
     sums.gpu_milli, sums.free_whole, sums.share = frozen(milli), frozen(free), frozen(share)
 
 
