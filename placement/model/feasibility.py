@@ -190,26 +190,32 @@ def _capacity_problems(snapshot: ClusterSnapshot, gpu_add: dict[int, list[int]],
 
 
 def _over_capacity_numpy(snapshot: ClusterSnapshot, allocation: Allocation) -> list[str]:
-    """:func:`_over_capacity` for an allocation of many GPUs, summed per GPU and per machine in numpy: a few
-    calls whatever the allocation holds (the sums over the whole cluster's GPUs and machines are single passes in
-    C, cheaper than grouping the allocation's own); only an allocation that goes over is summed again, per GPU
-    and machine it holds, for the words."""
+    """:func:`_over_capacity` for an allocation of many GPUs, in numpy, O(what it holds): the amounts of instances
+    sharing a GPU or a machine are summed per GPU and machine (``_summed``), the usual allocation holding each once
+    compared as it is; only an allocation that goes over is summed again, GPU by GPU and machine by machine, for the
+    words."""
     layout, instances = snapshot.layout, allocation.instances
     held = [len(p.gpus) for p in instances]
-    gpus = np.fromiter((g for p in instances for g in p.gpus), dtype=np.int64, count=sum(held))
-    machines = np.fromiter((p.machine for p in instances), dtype=np.int64, count=len(instances))
-    amounts = np.array([(p.gpu_milli, p.gpu_mem_mib, p.cpu_milli, p.mem_mib) for p in instances], dtype=np.float64)
-    per_gpu = np.repeat(amounts[:, :2], held, axis=0)  # exact: the amounts are integers far below 2**53
-    n_gpus, n_machines = len(layout.gpu_mem_cap), len(layout.cpu_cap)
-    if ((snapshot.gpu_milli_used[gpus] + np.bincount(gpus, per_gpu[:, 0], n_gpus)[gpus] > MILLI).any()
-            or (snapshot.gpu_mem_used[gpus] + np.bincount(gpus, per_gpu[:, 1], n_gpus)[gpus]
-                > layout.gpu_mem_cap[gpus]).any()
-            or (snapshot.cpu_used[machines] + np.bincount(machines, amounts[:, 2], n_machines)[machines]
-                > layout.cpu_cap[machines]).any()
-            or (snapshot.mem_used[machines] + np.bincount(machines, amounts[:, 3], n_machines)[machines]
-                > layout.mem_cap[machines]).any()):
+    amounts = np.array([(p.gpu_milli, p.gpu_mem_mib, p.cpu_milli, p.mem_mib) for p in instances], dtype=np.int64)
+    gpus, on_gpus = _summed([g for p in instances for g in p.gpus], np.repeat(amounts[:, :2], held, axis=0))
+    machines, on_machines = _summed([p.machine for p in instances], amounts[:, 2:])
+    if ((snapshot.gpu_milli_used[gpus] + on_gpus[:, 0] > MILLI).any()
+            or (snapshot.gpu_mem_used[gpus] + on_gpus[:, 1] > layout.gpu_mem_cap[gpus]).any()
+            or (snapshot.cpu_used[machines] + on_machines[:, 0] > layout.cpu_cap[machines]).any()
+            or (snapshot.mem_used[machines] + on_machines[:, 1] > layout.mem_cap[machines]).any()):
         return _over_capacity_words(snapshot, allocation)
     return []
+
+
+def _summed(places: list[int], amounts: IntArray) -> tuple[IntArray, IntArray]:
+    """``places`` (GPUs or machines, one per row of ``amounts``) once each, with the rows of a place added up."""
+    at = np.array(places, dtype=np.int64)
+    if len(set(places)) == len(places):
+        return at, amounts
+    unique, inverse = np.unique(at, return_inverse=True)
+    total = np.zeros((len(unique), amounts.shape[1]), dtype=np.int64)
+    np.add.at(total, inverse.reshape(-1), amounts)
+    return unique, total
 
 
 def _over_capacity_words(snapshot: ClusterSnapshot, allocation: Allocation) -> list[str]:
