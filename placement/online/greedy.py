@@ -264,14 +264,14 @@ def fits_by_room(snapshot: ClusterSnapshot, job: Job) -> bool | None:
     need, count = needs[0]
     working = WorkingState(snapshot)
     ok = working.candidates(need).ok
-    machines = np.flatnonzero(ok)
-    if count == 1 or not len(machines):
-        return bool(len(machines))
-    chain = chain_for(need)
-    if int(chain.room(working, ok).sum()) < count:
+    if count == 1 or not ok.any():
+        return bool(ok.any())
+    if _room_total(working, need) < count:
         return False
+    machines = np.flatnonzero(ok)
     if len(machines) > EXACT_ROOM_MACHINES:
         return None
+    chain = chain_for(need)
     return sum(chain.room_at(working, m) for m in machines.tolist()) >= count
 
 
@@ -299,15 +299,18 @@ def _fill(job: Job, task_index: int) -> bool:
 
 def _wait_or_never(snapshot: ClusterSnapshot, job: Job, config: PlacementConfig, fills: Fills) -> Verdict:
     """``unschedulable-now`` if the job fits the same cluster with nothing allocated (placed there by
-    first fit, packing each machine, or else packing as the policy does), else ``can-never-fit``. Remembered
+    first fit, packing each machine, or else packing as the policy does; where the filters' room tells,
+:func:`fits_by_room` answers for every greedy policy alike), else ``can-never-fit``. Remembered
     per cluster and job shape (``Derived.fits_empty``): the answer does not depend on what is allocated.
     The policy's own scorers are not asked: a learning scorer would learn from the job once per cluster
     and shape, the first time only, and the policy's later decisions would depend on what was asked before."""
     empty = empty_snapshot(snapshot.cluster)
 
     def fits_empty() -> bool:
-        return (_build(WorkingState(empty), job, _first_machine, config, _fill)[1] is None
-                or _build(WorkingState(empty), job, _first_machine, config, fills)[1] is None)
+        known = fits_by_room(empty, job)
+        return known if known is not None else (
+            _build(WorkingState(empty), job, _first_machine, config, _fill)[1] is None
+            or _build(WorkingState(empty), job, _first_machine, config, fills)[1] is None)
 
     fits = empty.layout.derived.fits_empty.get(job.tasks, fits_empty)
     return Verdict.UNSCHEDULABLE_NOW if fits else Verdict.CAN_NEVER_FIT
