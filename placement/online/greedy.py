@@ -300,7 +300,7 @@ def _fill(job: Job, task_index: int) -> bool:
 def _wait_or_never(snapshot: ClusterSnapshot, job: Job, config: PlacementConfig, fills: Fills) -> Verdict:
     """``unschedulable-now`` if the job fits the same cluster with nothing allocated (placed there by
     first fit, packing each machine, or else packing as the policy does; where the filters' room tells,
-:func:`fits_by_room` answers for every greedy policy alike), else ``can-never-fit``. Remembered
+    :func:`fits_by_room` answers for every greedy policy alike), else ``can-never-fit``. Remembered
     per cluster and job shape (``Derived.fits_empty``): the answer does not depend on what is allocated.
     The policy's own scorers are not asked: a learning scorer would learn from the job once per cluster
     and shape, the first time only, and the policy's later decisions would depend on what was asked before."""
