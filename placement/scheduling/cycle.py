@@ -188,7 +188,7 @@ def _offered_in_order(state: CycleState, lines: dict[str, list[Facts]]) -> list[
     window = offer.next()
     while len(window):
         book_version = state.book.version
-        at, changed = 0, False
+        at, changed, lowered = 0, False, False
         while at < len(window) and not changed:  # once per state: the classes depend on the reservations held
             rest = window[at:]
             kinds = offer.classes(rest, state.now, sorted(h.reservation.at_s for h in state.held))
@@ -207,15 +207,17 @@ def _offered_in_order(state: CycleState, lines: dict[str, list[Facts]]) -> list[
                         _note_late(state, facts[k].pending, why, late)
                     continue
                 pending = facts[k].pending
+                preempted = len(state.preemptions)
                 reason = _decide_anew(state, pending, heads_reserved)
                 _note_late(state, pending, reason, late)
                 if state.version != version:
                     version, said = state.version, {}
                     changed = state.book.version != book_version
+                    lowered = len(state.preemptions) > preempted
                     break
                 wait = waiting[pending.job_id]
                 said[kind] = (wait.reason, wait.details, wait.reservation_at_s)
-        offer.took(at, changed)
+        offer.took(at, changed, lowered)
         window = offer.next()
     return late
 

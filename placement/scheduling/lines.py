@@ -50,6 +50,10 @@ class _LineArrays:
     bits, or an id with a NUL (numpy's strings drop trailing ones)."""
     submit: FloatArray
     ids: npt.NDArray[np.str_]
+    codes: IntArray
+    """Per job, the number of its shape among the line's (``shapes``, in order)."""
+    first: IntArray
+    """Per shape number, the line's first job of that shape."""
 
 
 _kept: dict[str, _LineArrays] = {}
@@ -63,11 +67,13 @@ def _arrays_of(queue: str, line: list[Facts]) -> _LineArrays:
     priorities = [f.turn[0] for f in line]
     exact = (all(_INT64.min <= p <= _INT64.max for p in priorities)
              and not any("\x00" in f.turn[2] for f in line))
-    found = _LineArrays(line, np.fromiter((f.shape for f in line), dtype=np.int64, count=len(line)),
-                        np.fromiter((f.cautious_s for f in line), dtype=np.float64, count=len(line)),
+    shapes = np.fromiter((f.shape for f in line), dtype=np.int64, count=len(line))
+    _, first, codes = np.unique(shapes, return_index=True, return_inverse=True)
+    found = _LineArrays(line, shapes, np.fromiter((f.cautious_s for f in line), dtype=np.float64, count=len(line)),
                         np.array(priorities, dtype=np.int64) if exact else None,
                         np.fromiter((f.turn[1] for f in line), dtype=np.float64, count=len(line)),
-                        np.array([f.turn[2] for f in line], dtype=str))
+                        np.array([f.turn[2] for f in line], dtype=str), codes.reshape(-1).astype(np.int64),
+                        first.astype(np.int64))
     if len(_kept) > 256:  # queues come and go with configurations
         _kept.clear()
     _kept[queue] = found
@@ -82,7 +88,7 @@ class Offer:
     def __init__(self, lines: dict[str, list[Facts]], share: Callable[[Facts], Share],
                  usage_state: Callable[[str], int]) -> None:
         arrays = [_arrays_of(name, line) for name, line in lines.items()]
-        self.share, self.usage_state, self.names = share, usage_state, list(lines)
+        self.share, self.usage_state, self.names, self.arrays = share, usage_state, list(lines), arrays
         self.facts: list[Facts] = [f for a in arrays for f in a.facts]
         sizes = [len(a.facts) for a in arrays]
         self.start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
@@ -95,12 +101,17 @@ class Offer:
         """Per line, how many of its jobs have been offered."""
         self.size = FIRST_WINDOW
         self._window: IntArray = np.zeros(0, dtype=np.int64)
-        self._primary: list[tuple[int, dict[int, float]]] = [(-1, {}) for _ in arrays]
-        """Per line, the state of its queue's usage and the first part of the turn (:meth:`_keys`) per job shape,
-        worked out then."""
+        self._rest: IntArray | None = None
+        """The jobs of the last window not offered yet, where their order still holds."""
+        self._primary: list[tuple[int, FloatArray]] = [(-1, np.zeros(0)) for _ in arrays]
+        """Per line, the state of its queue's usage and the first part of the turn (:meth:`_keys`) per shape
+        number, worked out then (NaN: not yet)."""
 
     def next(self) -> IntArray:
         """The next jobs in order (empty when every job has been offered); :meth:`took` says how many were."""
+        if self._rest is not None:
+            self._window, self._rest = self._rest, None
+            return self._window
         spans = [(line, int(self.start[line]) + self.taken[line],
                   min(int(self.start[line + 1]), int(self.start[line]) + self.taken[line] + self.size))
                  for line in range(self.lines) if self.start[line] + self.taken[line] < self.start[line + 1]]
@@ -123,16 +134,41 @@ class Offer:
         self._window = jobs[chosen[np.argsort(largest[chosen], kind="stable")]]
         return self._window
 
-    def took(self, count: int, changed: bool) -> None:
+    def took(self, count: int, changed: bool, lowered: bool = False) -> None:
         """``count`` of the jobs :meth:`next` gave were offered; ``changed``: the book changed as the last of them
-        was (every turn is then compared afresh, from each line's next job, in small windows again)."""
-        lines = self.line_of[self._window[:count]]
-        for line, n in zip(*np.unique(lines, return_counts=True), strict=True):
-            self.taken[int(line)] += int(n)
+        was; ``lowered``: some queue's usage went down then (a preemption), so that a turn may come sooner. Where
+        none did, turns only move later, and the rest of the window keeps its order if no turn in it moved (the
+        jobs after it came after it and still do; a start within a queue's guarantee leaves it within, as most
+        starts of a cycle that starts many do); else every turn is compared afresh, from each line's next job, in
+        small windows again."""
+        for line, n in enumerate(np.bincount(self.line_of[self._window[:count]], minlength=self.lines).tolist()):
+            self.taken[line] += n
+        rest = self._window[count:]
         if changed:
             self.size = FIRST_WINDOW
-        elif count == len(self._window):
+            self._rest = rest if len(rest) and not lowered and self._turns_stay(rest) else None
+        elif len(rest):
+            self._rest = rest
+        else:
             self.size *= 2
+
+    def _turns_stay(self, jobs: IntArray) -> bool:
+        """Whether the first part of the turn of every one of ``jobs`` is what it was when they were ordered, the
+        book as it is now (the lines whose queue's usage changed asked again for the shapes among them)."""
+        lines = self.line_of[jobs]
+        for line in np.unique(lines).tolist():
+            state, known = self._primary[line]
+            if state == (now := self.usage_state(self.names[line])):
+                continue
+            arrays, start = self.arrays[line], int(self.start[line])
+            codes = np.unique(arrays.codes[jobs[lines == line] - start]).tolist()
+            fresh = np.full(len(arrays.first), np.nan)
+            for code in codes:
+                fresh[code] = self._primary_of(start + int(arrays.first[code]))
+                if fresh[code] != known[code]:
+                    return False
+            self._primary[line] = (now, fresh)
+        return True
 
     def classes(self, jobs: IntArray, now: float, due: Sequence[float]) -> list[int]:
         """Per job of ``jobs``, a number equal for jobs of one queue and shape whose cautious ends fall between
@@ -148,20 +184,24 @@ class Offer:
         queue's usage stays."""
         parts = []
         for line, lo, hi in spans:
+            arrays, start = self.arrays[line], int(self.start[line])
             state, known = self._primary[line]
             if state != (now := self.usage_state(self.names[line])):
-                known = {}
+                known = np.full(len(arrays.first), np.nan)
                 self._primary[line] = (now, known)
-            shapes, first, inverse = np.unique(self.shape[lo:hi], return_index=True, return_inverse=True)
-            values = []
-            for shape, k in zip(shapes.tolist(), first.tolist(), strict=True):
-                found = known.get(shape)
-                if found is None:
-                    share = self.share(self.facts[lo + k])
-                    found = known[shape] = -1.0 if share[0] == 0 else share[1]
-                values.append(found)
-            parts.append(np.array(values, dtype=np.float64)[inverse])
+            codes = arrays.codes[lo - start:hi - start]
+            values = known[codes]
+            missing = np.isnan(values)
+            if missing.any():
+                for code in set(codes[missing].tolist()):
+                    known[code] = self._primary_of(start + int(arrays.first[code]))
+                values = known[codes]
+            parts.append(values)
         return np.concatenate(parts)
+
+    def _primary_of(self, job: int) -> float:
+        share = self.share(self.facts[job])
+        return -1.0 if share[0] == 0 else share[1]
 
 
 def _turn_ranks(arrays: Sequence[_LineArrays], facts: list[Facts]) -> IntArray:

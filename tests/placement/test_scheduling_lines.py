@@ -57,17 +57,18 @@ def in_windows(lines: dict[str, list[Facts]], shares: dict[tuple[str, int], Shar
     out: list[str] = []
     window = offer.next()
     while len(window):
-        at, changed = 0, False
+        at, changed, lowered = 0, False, False
         for k in window.tolist():
             out.append(offer.facts[k].pending.job_id)
             at += 1
             change = changes.get(len(out))
             if change is not None:
+                lowered = change[2] < shares[change[:2]]
                 shares[change[:2]] = change[2]
                 state[change[0]] += 1
                 changed = True
                 break
-        offer.took(at, changed)
+        offer.took(at, changed, lowered)
         window = offer.next()
     return out
 
