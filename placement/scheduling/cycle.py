@@ -184,7 +184,7 @@ def _offered_in_order(state: CycleState, lines: dict[str, list[Facts]]) -> list[
     said: dict[int, tuple[WaitReason, tuple[str, ...], float | None]] = {}
     version = state.version
     patient = math.isfinite(state.settings.opportunistic_after_s)  # else no wait makes a job late
-    waiting, last_told, facts = state.waiting, told_before(), offer.facts
+    waiting, last_told, facts, job_ids, queues = state.waiting, told_before(), offer.facts, offer.job_ids, offer.queues
     window = offer.next()
     while len(window):
         book_version = state.book.version
@@ -196,7 +196,7 @@ def _offered_in_order(state: CycleState, lines: dict[str, list[Facts]]) -> list[
                 at += 1
                 known = said.get(kind)
                 if known is not None:  # most jobs: told what the first of their class was, as cheaply as can be
-                    job_id, queue = facts[k].turn[2], facts[k].pending.queue
+                    job_id, queue = job_ids[k], queues[k]
                     why, details, at_s = known
                     wait = last_told(job_id)
                     if (wait is None or wait.reason is not why or wait.details != details or wait.queue != queue

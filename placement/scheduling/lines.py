@@ -16,7 +16,7 @@ The order is worked out a window at a time: a job's running largest is known fro
 line, so the first jobs of every line tell the order up to the smallest running largest among the lines that go
 on past the window. Each window starts its running largest afresh: a line's jobs left after a window come after
 everything the window took, in any line, so what it took would raise none of them past another. A window is
-small after a change of the book (a cycle that starts many jobs changes it after each) and doubles while none
+small after a change of the book (a cycle that starts many jobs changes it after each) and grows while none
 comes.
 """
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain, repeat
 
 import numpy as np
 import numpy.typing as npt
@@ -36,7 +37,8 @@ Share = tuple[int, float]
 """The first two parts of a turn: (0, 0.0) within the queue's guarantee, else (1, the borrowed share)."""
 
 FIRST_WINDOW = 32
-"""Jobs per line looked at first after a change of the book (then twice as many each time, up to the lines)."""
+"""Jobs per line looked at first after a change of the book (then four times as many each time, up to the
+lines: a steady cycle's few thousand jobs in a few windows)."""
 _INT64 = np.iinfo(np.int64)
 
 
@@ -50,8 +52,9 @@ class _LineArrays:
     bits, or an id with a NUL (numpy's strings drop trailing ones)."""
     submit: FloatArray
     ids: npt.NDArray[np.str_]
+    job_ids: list[str]
     codes: IntArray
-    """Per job, the number of its shape among the line's (``shapes``, in order)."""
+    """Per job, the number of its shape among the line's, in order of shape."""
     first: IntArray
     """Per shape number, the line's first job of that shape."""
 
@@ -68,11 +71,12 @@ def _arrays_of(queue: str, line: list[Facts]) -> _LineArrays:
     exact = (all(_INT64.min <= p <= _INT64.max for p in priorities)
              and not any("\x00" in f.turn[2] for f in line))
     shapes = np.fromiter((f.shape for f in line), dtype=np.int64, count=len(line))
+    job_ids = [f.turn[2] for f in line]
     _, first, codes = np.unique(shapes, return_index=True, return_inverse=True)
     found = _LineArrays(line, shapes, np.fromiter((f.cautious_s for f in line), dtype=np.float64, count=len(line)),
                         np.array(priorities, dtype=np.int64) if exact else None,
                         np.fromiter((f.turn[1] for f in line), dtype=np.float64, count=len(line)),
-                        np.array([f.turn[2] for f in line], dtype=str), codes.reshape(-1).astype(np.int64),
+                        np.array(job_ids, dtype=str), job_ids, codes.reshape(-1).astype(np.int64),
                         first.astype(np.int64))
     if len(_kept) > 256:  # queues come and go with configurations
         _kept.clear()
@@ -89,7 +93,10 @@ class Offer:
                  usage_state: Callable[[str], int]) -> None:
         arrays = [_arrays_of(name, line) for name, line in lines.items()]
         self.share, self.usage_state, self.names, self.arrays = share, usage_state, list(lines), arrays
-        self.facts: list[Facts] = [f for a in arrays for f in a.facts]
+        self.facts: list[Facts] = list(chain.from_iterable(a.facts for a in arrays))
+        self.job_ids: list[str] = list(chain.from_iterable(a.job_ids for a in arrays))
+        self.queues: list[str] = list(chain.from_iterable(repeat(name, len(a.facts))
+                                                          for name, a in zip(lines, arrays, strict=True)))
         sizes = [len(a.facts) for a in arrays]
         self.start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self.lines = len(arrays)
@@ -150,7 +157,7 @@ class Offer:
         elif len(rest):
             self._rest = rest
         else:
-            self.size *= 2
+            self.size *= 4
 
     def _turns_stay(self, jobs: IntArray) -> bool:
         """Whether the first part of the turn of every one of ``jobs`` is what it was when they were ordered, the
