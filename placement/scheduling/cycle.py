@@ -28,6 +28,7 @@ asked about fewer).
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -37,8 +38,7 @@ from placement.model.snapshot import Allocation, ClusterSnapshot
 from placement.online.policies import OnlinePolicy
 from placement.scheduling.forecast import place_around, reserve
 from placement.scheduling.jobs import JobMode, PendingJob, RunningJob
-from placement.scheduling.lines import Offer
-from placement.scheduling.memo import Facts, facts_of, forget_others, in_order, shape_key, told, told_before
+from placement.scheduling.memo import Facts, Outcome, facts_of, forget_others, in_order, shape_key, told
 from placement.scheduling.opportunistic import place_opportunistic, upgrade
 from placement.scheduling.plan import Plan, ReservationKind, WaitReason
 from placement.scheduling.preemption import find_victims
@@ -126,22 +126,19 @@ def _name_policies(state: CycleState, pending: Sequence[PendingJob], policies: M
 
 
 def _guaranteed(state: CycleState, jobs: dict[str, list[PendingJob]]) -> list[PendingJob]:
-    """Decide every guaranteed job (``jobs`` by queue); returns those that may try opportunistically."""
-    lines = {name: in_order(name, state.queues[name].order, [facts_of(j) for j in jobs[name]]) for name in sorted(jobs)}
-    if state.screen is None:
-        return _offered_one_by_one(state, lines)
-    return _offered_in_order(state, lines)
+    """Decide every guaranteed job (``jobs`` by queue); returns those that may try opportunistically.
 
-
-def _offered_one_by_one(state: CycleState, lines: dict[str, list[Facts]]) -> list[PendingJob]:
-    """Every job decided from scratch, in turn: the queue whose head goes first is found among all heads; its
-    jobs then go one after the other while each next head still goes before every other queue's (which do not
-    move while the book does not)."""
+    The queue whose head goes first is found among all heads; its jobs then go one after the other while
+    each next head still goes before every other queue's (which do not move while the book does not)."""
+    lines: dict[str, list[Facts]] = {}
+    for name in sorted(jobs):
+        lines[name] = in_order(name, state.queues[name].order, [facts_of(j) for j in jobs[name]])
     taken = dict.fromkeys(lines, 0)
     heads_reserved: set[str] = set()
     late: list[PendingJob] = []
     shares: dict[tuple[int, str, int], tuple[int, float]] = {}
     turns = {name: _turn(state, line[0], shares) for name, line in lines.items()}
+    patience = state.settings.opportunistic_after_s
     while turns:
         name = min(turns, key=turns.__getitem__)
         others = [turn for queue, turn in turns.items() if queue != name]
@@ -153,7 +150,14 @@ def _offered_one_by_one(state: CycleState, lines: dict[str, list[Facts]]) -> lis
         while True:
             facts = line[i]
             i += 1
-            _note_late(state, facts.pending, _decide_anew(state, facts.pending, heads_reserved), late)
+            reason = _decide(state, facts, heads_reserved)
+            if reason in _LATE:
+                # one sum for both: the time it is late from is then always after a time it is not late at
+                patient_until = facts.pending.submit_s + patience
+                if state.now >= patient_until:
+                    late.append(facts.pending)
+                elif patient_until < state.patience_ends:  # a pass then may start it opportunistically: wake one
+                    state.patience_ends = patient_until
             if state.book.version != book_version:  # every head's turn may have moved
                 taken[name] = i
                 turns = {n: _turn(state, lines[n][taken[n]], shares) for n in turns if taken[n] < len(lines[n])}
@@ -173,67 +177,6 @@ def _offered_one_by_one(state: CycleState, lines: dict[str, list[Facts]]) -> lis
     return late
 
 
-def _offered_in_order(state: CycleState, lines: dict[str, list[Facts]]) -> list[PendingJob]:
-    """The jobs in the order :func:`_offered_one_by_one` takes them (``placement.scheduling.lines``), each class of
-    jobs (queue, shape, and which reservations are due before it may end) decided once while the state stays:
-    the others of the class are told the same."""
-    shares: dict[tuple[int, str, int], tuple[int, float]] = {}
-    offer = Offer(lines, lambda facts: _share(state, facts, shares), lambda queue: state.book.changes.get(queue, 0))
-    heads_reserved: set[str] = set()
-    late: list[PendingJob] = []
-    said: dict[int, tuple[WaitReason, tuple[str, ...], float | None]] = {}
-    version = state.version
-    patient = math.isfinite(state.settings.opportunistic_after_s)  # else no wait makes a job late
-    waiting, last_told, facts, job_ids, queues = state.waiting, told_before(), offer.facts, offer.job_ids, offer.queues
-    window = offer.next()
-    while len(window):
-        book_version = state.book.version
-        at, changed, lowered = 0, False, False
-        while at < len(window) and not changed:  # once per state: the classes depend on the reservations held
-            rest = window[at:]
-            kinds = offer.classes(rest, state.now, sorted(h.reservation.at_s for h in state.held))
-            for k, kind in zip(rest.tolist(), kinds, strict=True):
-                at += 1
-                known = said.get(kind)
-                if known is not None:  # most jobs: told what the first of their class was, as cheaply as can be
-                    job_id, queue = job_ids[k], queues[k]
-                    why, details, at_s = known
-                    wait = last_told(job_id)
-                    if (wait is None or wait.reason is not why or wait.details != details or wait.queue != queue
-                            or wait.reservation_at_s != at_s):
-                        wait = told(job_id, queue, why, details, at_s)
-                    waiting[job_id] = wait
-                    if patient:
-                        _note_late(state, facts[k].pending, why, late)
-                    continue
-                pending = facts[k].pending
-                preempted = len(state.preemptions)
-                reason = _decide_anew(state, pending, heads_reserved)
-                _note_late(state, pending, reason, late)
-                if state.version != version:
-                    version, said = state.version, {}
-                    changed = state.book.version != book_version
-                    lowered = len(state.preemptions) > preempted
-                    break
-                wait = waiting[pending.job_id]
-                said[kind] = (wait.reason, wait.details, wait.reservation_at_s)
-        offer.took(at, changed, lowered)
-        window = offer.next()
-    return late
-
-
-def _note_late(state: CycleState, pending: PendingJob, reason: WaitReason | None, late: list[PendingJob]) -> None:
-    """Add ``pending`` to ``late`` where it waits for a reason patience helps with and has waited long enough to
-    start opportunistically; else note when it will have, where that wakes a pass sooner."""
-    if reason in _LATE:
-        # one sum for both: the time it is late from is then always after a time it is not late at
-        patient_until = pending.submit_s + state.settings.opportunistic_after_s
-        if state.now >= patient_until:
-            late.append(pending)
-        elif patient_until < state.patience_ends:  # a pass then may start it opportunistically: wake one
-            state.patience_ends = patient_until
-
-
 _LATE = (WaitReason.OVER_QUOTA, WaitReason.WOULD_DELAY_RESERVATION)
 """The waits after which a patient guaranteed job may start opportunistically."""
 
@@ -246,16 +189,39 @@ def _turn(state: CycleState, facts: Facts, shares: dict[tuple[int, str, int], tu
 
 def _share(state: CycleState, facts: Facts, shares: dict[tuple[int, str, int], tuple[int, float]]) -> tuple[int, float]:
     """The first two parts of the job's turn: (0, 0.0) within its queue's guarantee, else (1, the borrowed share
-    it would have); ``shares`` keeps them per state of the queue's usage (they depend on nothing else of the book)
-    and job shape."""
+    it would have); ``shares`` keeps them per book state and job shape."""
     queue = facts.pending.queue
-    key = (state.book.changes.get(queue, 0), queue, facts.shape)
+    key = (state.book.version, queue, facts.shape)
     found = shares.get(key)
     if found is None:
         demand = facts.demand
         found = shares[key] = ((0, 0.0) if state.book.within_guarantee(queue, demand)
                                else (1, state.book.borrowed_share(queue, demand)))
     return found
+
+
+def _decide(state: CycleState, facts: Facts, heads_reserved: set[str]) -> WaitReason | None:
+    """Start the job if it can, else record why it waits (and return that reason): decided anew, or, where
+    the cycle screens, as the last job of its class on the same state was."""
+    pending = facts.pending
+    if state.screen is None:
+        return _decide_anew(state, pending, heads_reserved)
+    version = state.version
+    outcomes = state.outcomes
+    if outcomes.version != version:
+        outcomes.start(version, sorted(h.reservation.at_s for h in state.held))
+    # whether a reservation could be delayed depends on the job's end only through which are due before it
+    key = (pending.queue, facts.shape, bisect_left(outcomes.due, state.now + facts.cautious_s))
+    known = outcomes.known.get(key)
+    if known is not None:
+        job_id = facts.turn[2]
+        state.waiting[job_id] = told(job_id, pending.queue, known.reason, known.details, known.at_s)
+        return known.reason
+    reason = _decide_anew(state, pending, heads_reserved)
+    if reason is not None and state.version == version:
+        waits = state.waiting[pending.job_id]
+        outcomes.known[key] = Outcome(waits.reason, waits.details, waits.reservation_at_s)
+    return reason
 
 
 def _decide_anew(state: CycleState, pending: PendingJob, heads_reserved: set[str]) -> WaitReason | None:

@@ -23,7 +23,6 @@ place it could take delays the same one (:func:`_certain_blocker`).
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -210,13 +209,10 @@ def reserve(state: CycleState, pending: PendingJob, job: Job, kind: ReservationK
             if job_id in state.running:
                 base = release(base, job_id)
     fences = [h.reservation.allocation for h in state.held]
-    ends: Iterator[tuple[float, str, bool]] = _in_end_order(state, until_s)
-    future: Future | None = None
-    released: list[str] = []
-    if state.screen is not None:
-        future, released, ends = _skipped(state, pending.job_id, base, fences, job, ends)
+    future = Future(base, fences, job) if state.screen is not None else None
     snapshot = base
-    for end, job_id, tied in ends:
+    released: list[str] = []
+    for end, job_id, tied in _in_end_order(state, until_s):
         released.append(job_id)
         if future is not None:  # the policy is asked only once the job could fit
             future.release(state.allocation_of(job_id))
@@ -235,47 +231,8 @@ def reserve(state: CycleState, pending: PendingJob, job: Job, kind: ReservationK
             waits_for = tuple(j for j in released if overlap.with_(state.allocation_of(j)))
             reservation = Reservation(pending.job_id, pending.queue, kind, max(end, state.now), decision.allocation,
                                       waits_for)
-            if future is not None:
-                _fitted_after[pending.job_id] = len(released)
             return Held(reservation, job, future.snapshot(released) if future is not None else snapshot)
-    _fitted_after.pop(pending.job_id, None)
     return None
-
-
-_fitted_after: dict[str, int] = {}
-"""Per job last reserved for, after how many releases it fitted: a job waiting at the head of its queue is reserved
-for cycle after cycle, on nearly the same forecast."""
-MOST_HINTS = 65_536
-"""Jobs whose count is kept before the table is emptied."""
-
-
-def _skipped(state: CycleState, job_id: str, base: ClusterSnapshot, fences: Sequence[Allocation], job: Job,
-             ends: Iterator[tuple[float, str, bool]]) -> tuple[Future, list[str], Iterator[tuple[float, str, bool]]]:
-    """The forecast to follow, the jobs it has released and the ends still to follow: past the releases after
-    which the job could not fit yet, where that is known without following them one by one.
-
-    Where the job fitted after ``k`` releases in an earlier cycle, the forecast after the last whole group of
-    ends before the ``k``-th is made at once and asked whether the job could fit there. Releases only free
-    room, so where it could not, it could not after any fewer either, and following them would not have asked
-    the policy: the search goes on from there, as it would have. Where it could, the forecast is followed from
-    the start."""
-    if len(_fitted_after) >= MOST_HINTS:
-        _fitted_after.clear()
-    hint = _fitted_after.get(job_id, 0)
-    seen: list[tuple[float, str, bool]] = []
-    skip = 0  # the most releases before the hint that end a group of ends alike: the forecast is asked there only
-    for entry in ends:
-        seen.append(entry)
-        if len(seen) >= hint:
-            break
-        if not entry[2]:
-            skip = len(seen)
-    later = itertools.chain(seen, ends)
-    if skip:
-        future = Future(base, fences, job, [state.allocation_of(j) for _, j, _ in seen[:skip]])
-        if not future.could_fit():
-            return future, [j for _, j, _ in seen[:skip]], itertools.chain(seen[skip:], ends)
-    return Future(base, fences, job), [], later
 
 
 def _in_end_order(state: CycleState, until_s: float) -> Iterator[tuple[float, str, bool]]:

@@ -45,18 +45,10 @@ class Future:
     some) are followed one by one; the totals count every release; a snapshot is made by taking every
     released allocation off the base at once."""
 
-    def __init__(self, base: ClusterSnapshot, fences: Sequence[Allocation], job: Job,
-                 gone: Sequence[Allocation] = ()) -> None:
-        """``gone``: allocations ``base`` holds that are released already, at once (as :meth:`release` one after
-        the other would, to the same state and the same rooms)."""
-        if gone:
-            arrays = [base.gpu_milli_used.copy(), base.gpu_mem_used.copy(), base.cpu_used.copy(), base.mem_used.copy()]
-            Taken(gone).take_from(arrays)
-            base = ClusterSnapshot(base.cluster, base.generation, frozen(arrays[0]), frozen(arrays[1]),
-                                   frozen(arrays[2]), frozen(arrays[3]), base.allocations)
-        self.base, self.layout, self.gone = base, base.layout, len(gone)
+    def __init__(self, base: ClusterSnapshot, fences: Sequence[Allocation], job: Job) -> None:
+        self.base, self.layout, self.gone = base, base.layout, 0
         self.taken = Taken(())
-        """Every allocation released since ``base``, gathered as they come."""
+        """Every released allocation, gathered as they come."""
         self._made: tuple[int, tuple[IntArray, IntArray, IntArray, IntArray]] | None = None
         layout = self.layout
         self.arrays = (base.gpu_milli_used, base.gpu_mem_used, base.cpu_used, base.mem_used)
@@ -95,9 +87,8 @@ class Future:
             can = type_mask_of(layout, need.gpu_types) if need.gpu_types else np.ones(len(followed), dtype=bool)
             followed |= can & (layout.gpu_count > 0) if need.gpu_milli else can
         self.followed: list[bool] = followed.tolist()
-        self.stale: set[int] = {p.machine for a in gone for p in a.instances if self.followed[p.machine]}
-        """Machines released on since the rooms were last brought up to date (when the totals first allow it): the
-        rooms start as the filters' bound, and are exact on a machine once worked out there."""
+        self.stale: set[int] = set()
+        """Machines released on since the rooms were last brought up to date (when the totals first allow it)."""
 
     def release(self, allocation: Allocation) -> None:
         """The job holding ``allocation`` ended."""

@@ -8,6 +8,10 @@
 * Per queue, its pending jobs in the queue's order (:func:`in_order`), kept across cycles and changed by the
   jobs that left and came where each job's key is its own; per waiting job, the :class:`WaitingJob` the
   last plan gave it, given again while it waits for the same reason (:func:`told`).
+* Within a cycle, the wait each class of jobs was given (:class:`Outcomes`): jobs of one queue, shape and
+  priority whose estimated end falls between the same reservations are decided alike on the same state,
+  so while the state has not changed (``CycleState.version``) the second such job is told what the first
+  was told without being decided again.
 
 The cross-cycle tables are memos of pure functions of immutable inputs, checked by identity: they change
 how fast a cycle decides, never what it decides. They are bounded and thread safe in the sense that
@@ -18,8 +22,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
 from operator import attrgetter, is_
 
 import numpy as np
@@ -244,11 +248,6 @@ def told(job_id: str, queue: str, reason: WaitReason, details: tuple[str, ...], 
     return found
 
 
-def told_before() -> Callable[[str], WaitingJob | None]:
-    """The lookup of what the last plans told each job (:func:`told` gives it again where it says the same)."""
-    return _told.get
-
-
 def forget_others(pending: Sequence[PendingJob], running: Sequence[RunningJob]) -> None:
     """Drop what is remembered about jobs that are neither pending nor running any more, once the tables
     hold twice as many as are (so that the work stays a fraction of the cycle's)."""
@@ -263,3 +262,26 @@ def forget_others(pending: Sequence[PendingJob], running: Sequence[RunningJob]) 
         _machines = {r.job.job_id: m for r in running if (m := _machines.get(r.job.job_id)) is not None}
     if len(_running) > 2 * len(running) + 1024:
         _running = {r.job.job_id: d for r in running if (d := _running.get(r.job.job_id)) is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """Why a job waits, as the plan says it."""
+
+    reason: WaitReason
+    details: tuple[str, ...] = ()
+    at_s: float | None = None
+
+
+@dataclass
+class Outcomes:
+    """The wait each class of jobs was given on the cycle's state at ``version``, and the reservations'
+    times then (sorted): forgotten when the version changes (:meth:`start`)."""
+
+    version: int = -1
+    due: list[float] = field(default_factory=list)
+    known: dict[Hashable, Outcome] = field(default_factory=dict)
+
+    def start(self, version: int, due: list[float]) -> None:
+        self.version, self.due = version, due
+        self.known.clear()

@@ -45,9 +45,6 @@ class QuotaBook:
     usage: dict[str, dict[str, float]] = field(default_factory=dict)
     version: int = 0
     """Counts the changes (:meth:`add`): what was worked out from the book holds while it stays."""
-    changes: dict[str, int] = field(default_factory=dict)
-    """Per queue, the changes to its own usage: what depends on that alone (whether a job is within the queue's
-    guarantee, its borrowed share) holds while it stays."""
 
     def copy(self) -> QuotaBook:
         return QuotaBook(self.queues, {q: dict(u) for q, u in self.usage.items()})
@@ -60,7 +57,6 @@ class QuotaBook:
         for key, amount in demand.items():
             usage[key] = usage.get(key, 0.0) + sign * amount
         self.version += 1
-        self.changes[queue] = self.changes.get(queue, 0) + 1
 
     def idle(self, queue: str, key: str) -> float:
         """Idle guarantee of ``key`` in queue ``queue``'s cohort tree: sum of (g - u) over its members."""

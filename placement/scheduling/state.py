@@ -22,7 +22,7 @@ from placement.model.feasibility import crowded_by
 from placement.model.snapshot import Allocation, ClusterSnapshot, apply, release
 from placement.online.policies import OnlinePolicy
 from placement.scheduling.jobs import JobMode, PendingJob, RunningJob
-from placement.scheduling.memo import told
+from placement.scheduling.memo import Outcomes, told
 from placement.scheduling.plan import (
     Plan,
     PlannedStart,
@@ -84,6 +84,8 @@ class CycleState:
     screen: Screen | None = None
     """Where set, placements known to fail are not asked for, and jobs alike are decided once per version."""
     version: int = 0
+    outcomes: Outcomes = field(default_factory=Outcomes)
+    """The waits given per class of jobs at ``version`` (with ``screen`` only)."""
     victim_groups: dict[str | None, list[RunningJob]] | None = None
     """The running jobs preemption may take, by queue (``placement.scheduling.preemption``)."""
     lowest: dict[str, int] = field(default_factory=dict)
