@@ -264,8 +264,9 @@ def fits_by_room(snapshot: ClusterSnapshot, job: Job) -> bool | None:
     need, count = needs[0]
     working = WorkingState(snapshot)
     ok = working.candidates(need).ok
-    if count == 1 or not ok.any():
-        return bool(ok.any())
+    anywhere = bool(ok.any())
+    if count == 1 or not anywhere:
+        return anywhere
     if _room_total(working, need) < count:
         return False
     machines = np.flatnonzero(ok)
