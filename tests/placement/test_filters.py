@@ -100,6 +100,37 @@ def test_filters_keep_their_contract_while_a_state_fills(cluster: Cluster, job: 
             working.take(int(fit[pick % fit.size]), task_index, need)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cluster=clusters(), job=jobs("j"), picks=st.lists(st.integers(0, 10_000), min_size=1, max_size=8))
+def test_no_filter_passes_a_machine_more_with_more_in_use(cluster: Cluster, job: Job, picks: list[int]) -> None:
+    """What the scheduling cycle's shortcuts stand on: taking running jobs away only frees room (the preemption
+    probe's snapshot without every candidate, the reservation search's releases, the room index's patches). So
+    as instances are taken one by one, no filter passes a machine it failed before, nor lets one take more."""
+    working = WorkingState(ClusterSnapshot.empty(cluster))
+    needs = list(dict.fromkeys([need_of(task) for task in job.tasks] + [need_of(task) for task in TASKS[::9]]))
+    machines = range(len(working.layout.cpu_cap))
+
+    def seen() -> dict[tuple[str, Need], tuple[list[bool], list[int | None]]]:
+        return {(f.name, need): (f.mask(working, need).tolist(), [f.room_at(working, need, m) for m in machines])
+                for f in FILTERS.values() for need in needs}
+
+    before = seen()
+    for pick in picks:
+        task_index = pick % len(job.tasks)
+        need = need_of(job.tasks[task_index])
+        fit = np.flatnonzero(working.candidates(need).ok)
+        if not fit.size:
+            continue
+        working.take(int(fit[pick % fit.size]), task_index, need)
+        after = seen()
+        for key, (passing, room) in after.items():
+            was_passing, was_room = before[key]
+            assert all(was or not now for was, now in zip(was_passing, passing, strict=True)), key
+            # room None: no limit
+            assert all(w is None or (r is not None and r <= w) for w, r in zip(was_room, room, strict=True)), key
+        before = after
+
+
 def test_a_machine_the_filters_pass_has_room_in_every_summed_row() -> None:
     """The batch models' per-machine sums relax the filters: never stricter than them."""
     snapshot = busy()
