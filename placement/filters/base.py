@@ -96,7 +96,9 @@ class Filter(Protocol):
 
     A filter that does not apply to a demand (``applies`` false: a type rule for a job that names no
     type) passes every machine. ``standing`` filters rule out the same machines whatever is allocated
-    (they read the layout only): waiting cannot change their verdict.
+    (they read the layout only): waiting cannot change their verdict. No filter passes a machine it fails, or
+    lets it take more instances, when more is in use on it: the scheduling cycle's shortcuts stand on that
+    (taking running jobs away only frees room; ``tests/placement/test_filters.py`` holds every filter to it).
     """
 
     name: str
