@@ -75,8 +75,8 @@ def test_the_index_answers_as_the_filters_afresh(cluster_: Cluster, stream: list
 
 
 def test_a_demand_asked_again_after_more_changes_than_the_index_remembers_is_worked_out_anew() -> None:
-    """Twenty jobs spread over the machines one by one, then the same demand asked again: more changes than
-    ``LOG_TICKS`` apart, so the index works it out anew rather than patching the machines of the last change."""
+    """Jobs spread over the machines one by one, four more than ``LOG_TICKS``, then the first demand asked again: so
+    far behind, the index works it out anew rather than patching the machines of the last change."""
     cluster_ = cluster()
     place = online_policy("balance", explain=False)
     need = need_of(Task(Role.WORKER, 1, gpu=4.0, cpu_cores=4.0))  # the first jobs take it off the 4-GPU machines
