@@ -168,6 +168,8 @@ class _State:
     """The rows of ``totals`` some job asks for (more than 0 of), in order: the others never need comparing."""
     asked_totals: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
     """Those rows of ``totals`` alone, contiguous: what :func:`_covers` gathers from."""
+    asked_rows: list[tuple[int, ...]] = field(default_factory=list)
+    """Per job, its column of ``asked_totals`` in Python integers (:func:`_covers_one`)."""
     share_room: ShareRoom | None = None
     """The GPUs' room for the shares of jobs of many shares (``placement.sim.share_room``; none on a fluid
     cluster)."""
@@ -203,6 +205,7 @@ def simulate(cluster: Cluster, jobs: Sequence[SimJob], policy: str, queue: Queue
     state.learning = policy in LEARNING
     state.asked = tuple(np.flatnonzero(state.totals.any(axis=1)).tolist())
     state.asked_totals = np.ascontiguousarray(state.totals[list(state.asked)])
+    state.asked_rows = [tuple(column) for column in state.asked_totals.T.tolist()]
     result = SimResult(records, total_gpus=float(cluster.total_gpus), runtime=runs.name)
     events = [(j.submit_s, ARRIVE, i, 0) for i, j in enumerate(jobs)]
     heapq.heapify(events)
@@ -336,25 +339,32 @@ def _schedule_fluid(state: _State, jobs: Sequence[SimJob], demands: Sequence[_De
         _due(state, [(i, now + jobs[i].duration_s)], events, records)  # the trace runtime: no placement to slow it
 
 
-def _while_covered(state: _State, offer: list[int]) -> Iterator[int]:
+def _while_covered(state: _State, offer: np.ndarray) -> Iterator[int]:
     """``offer`` in order, less every job whose totals the free totals no longer cover once a job has started
-    (a start is seen as a change of the snapshot, or of the free totals on a fluid cluster): checked for the
-    rest of the offer at once, rather than one job at a time (kept as an array: a pass with thousands offered
-    and hundreds of starts would spend more on converting the rest to a list and back than on checking it)."""
-    pending = np.asarray(offer, dtype=np.int64)
-    at, seen = 0, (state.snapshot.generation, tuple(state.free))
+    (a start is seen as a change of the snapshot, or of the free totals on a fluid cluster).
+
+    After a start each next job is checked alone (:func:`_covers_one`, a few integer comparisons) until one is not
+    covered; then the rest of the offer is checked at once and every job no longer covered dropped. Within a pass
+    the cluster only fills, so a job checked at its own turn gets the answer a check of the whole rest right after
+    the last start would have given it: the same jobs come out, with a vector check only where a start left a job
+    uncovered, not after every start (a pass that starts jobs one after the other checked the whole rest each
+    time). Kept as an array: a pass with thousands offered would spend more on converting the rest to a list and
+    back than on checking it."""
+    pending = offer
+    at, checked = 0, (state.snapshot.generation, tuple(state.free))
     while at < len(pending):
-        yield int(pending[at])
+        i = int(pending[at])
+        if (state.snapshot.generation, tuple(state.free)) != checked and not _covers_one(state, i):
+            checked, pending, at = (state.snapshot.generation, tuple(state.free)), _covering(state, pending[at:]), 0
+            continue
+        yield i
         at += 1
-        now = (state.snapshot.generation, tuple(state.free))
-        if now != seen and at < len(pending):
-            seen, pending, at = now, _covering(state, pending[at:]), 0
 
 
-def _covered(state: _State, indices: Sequence[int] | np.ndarray) -> list[int]:
+def _covered(state: _State, indices: Sequence[int] | np.ndarray) -> np.ndarray:
     """``indices``, in their order, less the jobs that cannot start now (:func:`_may_start`)."""
     found = np.asarray(indices, dtype=np.int64)
-    kept: list[int] = found[_may_start(state, found)].tolist()
+    kept: np.ndarray = found[_may_start(state, found)]
     return kept
 
 
@@ -378,13 +388,23 @@ def _covers(state: _State, jobs: np.ndarray) -> np.ndarray:
     """Whether the free totals cover each of ``jobs`` (indices), on the totals some job asks for (a replay without
     memory demands never compares memory): the jobs' columns gathered in one call and compared at once. A pass
     asks this of a few hundred jobs thousands of times, so the number of numpy calls, not their size, is the cost."""
-    on_gpus = not state.fluid and bool(state.asked) and state.asked[-1] >= len(state.free)
-    every = [*state.free, _free_whole(state), state.free_whole[2]] if on_gpus else state.free
-    free = np.array([every[row] for row in state.asked], dtype=np.int64).reshape(-1, 1)
+    free = np.array(_free_asked(state), dtype=np.int64).reshape(-1, 1)
     return np.asarray((state.asked_totals.take(jobs, axis=1) <= free).all(axis=0))
 
 
-def _offer(state: _State, shares: dict[str, float]) -> list[int]:
+def _covers_one(state: _State, i: int) -> bool:
+    """:func:`_covers` of the one job ``i``, in Python integers."""
+    return all(need <= free for need, free in zip(state.asked_rows[i], _free_asked(state), strict=True))
+
+
+def _free_asked(state: _State) -> list[int]:
+    """The free totals now, on the rows of ``totals`` some job asks for (``_State.asked``)."""
+    on_gpus = not state.fluid and bool(state.asked) and state.asked[-1] >= len(state.free)
+    every = [*state.free, _free_whole(state), state.free_whole[2]] if on_gpus else state.free
+    return [every[row] for row in state.asked]
+
+
+def _offer(state: _State, shares: dict[str, float]) -> np.ndarray:
     """The waiting jobs whose totals (and whole GPUs) the free totals cover, in queue order: every job that may
     start in a pass (within a pass the cluster only fills), found for the whole queue in a few vector
     operations."""

@@ -55,9 +55,10 @@ class WaitingQueue(Protocol):
         """Some of the waiting jobs, in offer order."""
         ...
 
-    def among(self, keep: Keep, shares: UserShares) -> list[int]:
-        """The waiting jobs ``keep`` keeps, in offer order (it is given waiting jobs' indices, as an array, and says
-        which of them to keep: a pass asks about the waiting jobs alone, not every job of the replay)."""
+    def among(self, keep: Keep, shares: UserShares) -> npt.NDArray[np.int64]:
+        """The waiting jobs ``keep`` keeps, in offer order, as an array (it is given waiting jobs' indices, as an
+        array, and says which of them to keep: a pass asks about the waiting jobs alone, not every job of the
+        replay; the pass reads the offer in vector operations, so it is never turned into a list)."""
         ...
 
 
@@ -116,9 +117,9 @@ class _StaticQueue:
     def order_of(self, indices: list[int], shares: UserShares) -> list[int]:
         return sorted(indices, key=self.jobs.keys.__getitem__)  # stable: equal keys keep the callers' order
 
-    def among(self, keep: Keep, shares: UserShares) -> list[int]:
+    def among(self, keep: Keep, shares: UserShares) -> npt.NDArray[np.int64]:
         order = self.jobs.order
-        picked: list[int] = order[keep(order)].tolist()
+        picked: npt.NDArray[np.int64] = order[keep(order)]
         return picked
 
 
@@ -169,9 +170,9 @@ class _DrfQueue:
 
         return sorted(indices, key=key)
 
-    def among(self, keep: Keep, shares: UserShares) -> list[int]:
+    def among(self, keep: Keep, shares: UserShares) -> npt.NDArray[np.int64]:
         waiting = np.fromiter(self.user_of, dtype=np.int64, count=len(self.user_of))
-        return self.order_of(waiting[keep(waiting)].tolist(), shares)
+        return np.array(self.order_of(waiting[keep(waiting)].tolist(), shares), dtype=np.int64)
 
 
 @dataclass(frozen=True)
