@@ -60,7 +60,7 @@ def down(amount: float, per_unit: int) -> int:
 
 def frozen(array: A) -> A:
     """``array``, made read-only."""
-    array.flags.writeable = False
+    array.setflags(write=False)  # not through ``array.flags``, which makes a flags object first (twice the time)
     return array
 
 

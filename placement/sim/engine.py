@@ -170,6 +170,8 @@ class _State:
     """Those rows of ``totals`` alone, contiguous: what :func:`_covers` gathers from."""
     asked_rows: list[tuple[int, ...]] = field(default_factory=list)
     """Per job, its column of ``asked_totals`` in Python integers (:func:`_covers_one`)."""
+    free_asked: tuple[tuple[int, ...], list[int]] = ((), [])
+    """(snapshot generation and free totals, :func:`_free_asked` of them)."""
     share_room: ShareRoom | None = None
     """The GPUs' room for the shares of jobs of many shares (``placement.sim.share_room``; none on a fluid
     cluster)."""
@@ -398,10 +400,14 @@ def _covers_one(state: _State, i: int) -> bool:
 
 
 def _free_asked(state: _State) -> list[int]:
-    """The free totals now, on the rows of ``totals`` some job asks for (``_State.asked``)."""
-    on_gpus = not state.fluid and bool(state.asked) and state.asked[-1] >= len(state.free)
-    every = [*state.free, _free_whole(state), state.free_whole[2]] if on_gpus else state.free
-    return [every[row] for row in state.asked]
+    """The free totals now, on the rows of ``totals`` some job asks for (``_State.asked``); kept while the snapshot
+    and the free totals stay (a pass asks after every job it offers)."""
+    key = (state.snapshot.generation, *state.free)
+    if state.free_asked[0] != key:
+        on_gpus = not state.fluid and bool(state.asked) and state.asked[-1] >= len(state.free)
+        every = [*state.free, _free_whole(state), state.free_whole[2]] if on_gpus else state.free
+        state.free_asked = (key, [every[row] for row in state.asked])
+    return state.free_asked[1]
 
 
 def _offer(state: _State, shares: dict[str, float]) -> np.ndarray:
