@@ -170,8 +170,11 @@ class _State:
     """Those rows of ``totals`` alone, contiguous: what :func:`_covers` gathers from."""
     asked_rows: list[tuple[int, ...]] = field(default_factory=list)
     """Per job, its column of ``asked_totals`` in Python integers (:func:`_covers_one`)."""
-    free_asked: tuple[tuple[int, ...], list[int]] = ((), [])
-    """(snapshot generation and free totals, :func:`_free_asked` of them)."""
+    changes: int = 0
+    """Starts and ends so far (:func:`_account`): the free totals, and the snapshot on a discrete cluster, change
+    with each and only then."""
+    free_asked: tuple[int, list[int]] = (-1, [])
+    """(``changes``, :func:`_free_asked` then)."""
     share_room: ShareRoom | None = None
     """The GPUs' room for the shares of jobs of many shares (``placement.sim.share_room``; none on a fluid
     cluster)."""
@@ -342,8 +345,7 @@ def _schedule_fluid(state: _State, jobs: Sequence[SimJob], demands: Sequence[_De
 
 
 def _while_covered(state: _State, offer: np.ndarray) -> Iterator[int]:
-    """``offer`` in order, less every job whose totals the free totals no longer cover once a job has started
-    (a start is seen as a change of the snapshot, or of the free totals on a fluid cluster).
+    """``offer`` in order, less every job whose totals the free totals no longer cover once a job has started.
 
     After a start each next job is checked alone (:func:`_covers_one`, a few integer comparisons) until one is not
     covered; then the rest of the offer is checked at once and every job no longer covered dropped. Within a pass
@@ -353,11 +355,11 @@ def _while_covered(state: _State, offer: np.ndarray) -> Iterator[int]:
     time). Kept as an array: a pass with thousands offered would spend more on converting the rest to a list and
     back than on checking it."""
     pending = offer
-    at, checked = 0, (state.snapshot.generation, tuple(state.free))
+    at, checked = 0, state.changes
     while at < len(pending):
         i = int(pending[at])
-        if (state.snapshot.generation, tuple(state.free)) != checked and not _covers_one(state, i):
-            checked, pending, at = (state.snapshot.generation, tuple(state.free)), _covering(state, pending[at:]), 0
+        if state.changes != checked and not _covers_one(state, i):
+            checked, pending, at = state.changes, _covering(state, pending[at:]), 0
             continue
         yield i
         at += 1
@@ -402,11 +404,10 @@ def _covers_one(state: _State, i: int) -> bool:
 def _free_asked(state: _State) -> list[int]:
     """The free totals now, on the rows of ``totals`` some job asks for (``_State.asked``); kept while the snapshot
     and the free totals stay (a pass asks after every job it offers)."""
-    key = (state.snapshot.generation, *state.free)
-    if state.free_asked[0] != key:
+    if state.free_asked[0] != state.changes:
         on_gpus = not state.fluid and bool(state.asked) and state.asked[-1] >= len(state.free)
         every = [*state.free, _free_whole(state), state.free_whole[2]] if on_gpus else state.free
-        state.free_asked = (key, [every[row] for row in state.asked])
+        state.free_asked = (state.changes, [every[row] for row in state.asked])
     return state.free_asked[1]
 
 
@@ -508,6 +509,7 @@ def _account(state: _State, job: SimJob, demand: _Demand, sign: int) -> None:
     state.free[0] -= sign * demand.gpu_milli
     state.free[1] -= sign * demand.cpu_milli
     state.free[2] -= sign * demand.mem_mib
+    state.changes += 1
 
 
 def _sample(state: _State, now: float, result: SimResult) -> None:
