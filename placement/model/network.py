@@ -210,9 +210,22 @@ class NetworkTally:
                                             + (at_domain[domain] > 0))
         return level
 
-    def record(self, placement: InstancePlacement, added_cost: float) -> None:
-        """Book an instance placed, at the cost :meth:`increment_at` gave it."""
-        self.record_at(placement.task, placement.machine, added_cost)
+    def record_many(self, task_index: int, machine: int, count: int) -> None:
+        """``count`` instances of task ``task_index`` placed on ``machine`` one after the other, each at the cost
+        :meth:`increment_at` gives it then, as :meth:`record_at` books them. After the first, an all-reduce job's
+        next ones land on a machine it uses: the same increment each, nothing new in its footprint, so they are
+        booked without asking again (a policy places a task's instances on one machine many at a time)."""
+        if count <= 0:
+            return
+        self.record_at(task_index, machine, self.increment_at(task_index, machine))
+        if self.n_ps:  # every instance moves the sums the next one's cost is read from
+            for _ in range(count - 1):
+                self.record_at(task_index, machine, self.increment_at(task_index, machine))
+            return
+        added = self.job.tasks[task_index].bandwidth_gbps * self.cost[0]
+        for _ in range(count - 1):  # added one at a time: the same total, to the last bit, as one by one
+            self.total += added
+        self._records.extend([(-1, False, False)] * (count - 1))
 
     def record_at(self, task_index: int, machine: int, added_cost: float) -> None:
         """:meth:`record` for an instance of task ``task_index`` on ``machine``."""

@@ -181,9 +181,9 @@ def _build(working: WorkingState, job: Job, choose: Chooser, config: PlacementCo
             count = min(remaining, max(1, working.room_on(machine, need))) if fill else 1
             last = count == remaining and task_index == order[-1]  # nothing reads the working state after it
             taken, mark = len(working.touched()), network.mark()
-            for placement in working.take_many(machine, task_index, need, count, keep=not last):
-                network.record(placement, network.increment_at(task_index, machine))
-                placed.append(placement)
+            taken_now = working.take_many(machine, task_index, need, count, keep=not last)
+            network.record_many(task_index, machine, len(taken_now))
+            placed.extend(taken_now)
             remaining -= count
             near = network.changed_since(mark) if remaining else None
             reached = None if near is None else np.concatenate([working.touched()[taken:], near])

@@ -67,3 +67,28 @@ def test_every_machine_at_once_equals_one_machine_at_a_time(cluster: Cluster, jo
         np.testing.assert_allclose(vector, scalar, rtol=1e-12, atol=1e-9)
         machine = pick % len(cluster)
         tally.record_at(task_index, machine, scalar[machine])
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cluster=clusters(), job=jobs("j"), picks=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 4)),
+                                                      min_size=1, max_size=8), cost=COSTS)
+def test_many_instances_on_one_machine_are_booked_as_one_by_one(cluster: Cluster, job: Job,
+                                                                picks: list[tuple[int, int]],
+                                                                cost: tuple[float, ...]) -> None:
+    """``record_many`` (a policy's run of a task's instances on one machine) leaves the tally as booking each
+    instance at its increment would: the same total to the last bit, the same costs next, the same changes."""
+    many, single = NetworkTally(job, cluster.layout, cost), NetworkTally(job, cluster.layout, cost)
+    for k, (pick, count) in enumerate(picks):
+        task_index, machine = k % len(job.tasks), pick % len(cluster)
+        many_mark, single_mark = many.mark(), single.mark()
+        many.record_many(task_index, machine, count)
+        for _ in range(count):
+            single.record_at(task_index, machine, single.increment_at(task_index, machine))
+        assert many.total == single.total
+        assert many.mark() == single.mark()
+        changed_many, changed_single = many.changed_since(many_mark), single.changed_since(single_mark)
+        assert (changed_many is None) == (changed_single is None)
+        if changed_many is not None and changed_single is not None:
+            assert changed_many.tolist() == changed_single.tolist()
+        for t in range(len(job.tasks)):
+            np.testing.assert_array_equal(many.increment(t), single.increment(t))

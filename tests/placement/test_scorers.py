@@ -55,7 +55,7 @@ def steps(snapshot: ClusterSnapshot, job: Job, config: PlacementConfig, placed: 
             break
         machine = int(np.argmax(ok))
         placement = working.take(machine, task_index, need)
-        network.record(placement, network.increment_at(task_index, machine))
+        network.record_at(task_index, machine, network.increment_at(task_index, machine))
         done.append(placement)
     task_index = order[min(placed, len(order) - 1)]
     need = need_of(job.tasks[task_index])
