@@ -197,7 +197,8 @@ def _with(snapshot: ClusterSnapshot, allocation: Allocation, sign: int,
     gpu_milli, gpu_mem = snapshot.gpu_milli_used.copy(), snapshot.gpu_mem_used.copy()
     cpu, mem = snapshot.cpu_used.copy(), snapshot.mem_used.copy()
     instances = allocation.instances
-    held, machines = _held_gpus(allocation), _amounts_by_machine(allocation)
+    machines, total = _amounts_by_machine(allocation)
+    held = _held_gpus(allocation, total)
     freed: dict[int, int] = {}
     if held is None:
         freed = _add_on_gpus(snapshot.layout, gpu_milli, gpu_mem, allocation, sign)
@@ -277,23 +278,25 @@ MANY_HELD = 32
 """From this many GPUs an allocation holds, a snapshot adds and takes them in numpy (below, one by one is faster)."""
 
 
-def _amounts_by_machine(allocation: Allocation) -> dict[int, tuple[int, int, int]]:
+def _amounts_by_machine(allocation: Allocation) -> tuple[dict[int, tuple[int, int, int]], int]:
     """Per machine ``allocation`` holds, its CPU, memory and milli-GPUs there (added as Python integers: one
-    update of each array per machine, not per instance)."""
+    update of each array per machine, not per instance); and how many GPUs it holds in all."""
     sums: dict[int, tuple[int, int, int]] = {}
+    held = 0
     for p in allocation.instances:
+        gpus = len(p.gpus)
+        held += gpus
         cpu, mem, milli = sums.get(p.machine, (0, 0, 0))
-        sums[p.machine] = (cpu + p.cpu_milli, mem + p.mem_mib, milli + p.gpu_milli * len(p.gpus))
-    return sums
+        sums[p.machine] = (cpu + p.cpu_milli, mem + p.mem_mib, milli + p.gpu_milli * gpus)
+    return sums, held
 
 
-def _held_gpus(allocation: Allocation) -> tuple[IntArray, list[int]] | None:
-    """The GPUs ``allocation`` holds, in order, and how many each instance holds, where they are many; else
-    ``None``."""
-    per = [len(p.gpus) for p in allocation.instances]
-    total = sum(per)
+def _held_gpus(allocation: Allocation, total: int) -> tuple[IntArray, list[int]] | None:
+    """The GPUs ``allocation`` holds (``total`` of them), in order, and how many each instance holds, where they are
+    many; else ``None``."""
     if total < MANY_HELD:
         return None
+    per = [len(p.gpus) for p in allocation.instances]
     return np.fromiter((g for p in allocation.instances for g in p.gpus), np.int64, total), per
 
 
