@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -198,3 +200,14 @@ def test_sjf_variant_benchmark_replays_every_variant_with_every_key(tmp_path: Pa
                 assert row[f"{key}_closer"] == pytest.approx(1 - (row[f"{key}_jct_s"] - row["oracle_jct_s"]) / gap)
     assert set(figures["summaries"]) == {f"{r}.{k}" for r in ("fluid", "discrete") for k in ("lgbm", "rf", "blend")}
     assert "closer median" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="counting instructions needs valgrind")
+def test_instruction_count_of_a_replay_runs_and_prints_both_sides() -> None:
+    command = [sys.executable, "tests/benchmarks/count_replay.py", "HEAD", "--jobs", "200", "--gpus", "100"]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    digests = re.findall(r"records ([0-9a-f]{16})", proc.stdout)
+    assert len(digests) == 2 and digests[0] == digests[1]  # the same code decides the same
+    assert "this checkout / HEAD:" in proc.stdout
