@@ -1,8 +1,8 @@
 """Benchmark (not a timed test): the instructions one replay runs, this checkout against another commit, counted.
 
-On a shared 2-core machine the same replay's CPU time moves by a third from one run to the next (the tight SJF-oracle
-replay of ``bench_anchor_pai.py`` took 1.22-2.09 s in 36 runs of one afternoon), so a change worth a few percent
-cannot be told from the noise by timing it. The number of instructions the replay executes does not move: this
+On a shared 2-core machine the same replay's CPU time moves by a third from one run to the next (the tight
+SJF-oracle replay of ``bench_anchor_pai.py`` took 1.27-1.94 s in 18 runs of one commit within an hour), so a change
+worth a few percent cannot be told from the noise by timing it. The number of instructions the replay executes does not move: this
 counts them with valgrind's cachegrind (``--cache-sim=no``: instructions only; Debian's ``valgrind``), on exactly
 the replay ``bench_anchor_pai.py`` times beside the PAI trace's simulator (the first ``--jobs`` out-of-sample PAI jobs,
 1,000 arriving a minute, causal estimates, one node of ``--gpus`` GPUs, ``first-fit``).
