@@ -2,10 +2,11 @@
 
 On a shared 2-core machine the same replay's CPU time moves by a third from one run to the next (the tight
 SJF-oracle replay of ``bench_anchor_pai.py`` took 1.27-1.94 s in 18 runs of one commit within an hour), so a change
-worth a few percent cannot be told from the noise by timing it. The number of instructions the replay executes does not move: this
-counts them with valgrind's cachegrind (``--cache-sim=no``: instructions only; Debian's ``valgrind``), on exactly
-the replay ``bench_anchor_pai.py`` times beside the PAI trace's simulator (the first ``--jobs`` out-of-sample PAI jobs,
-1,000 arriving a minute, causal estimates, one node of ``--gpus`` GPUs, ``first-fit``).
+worth a few percent cannot be told from the noise by timing it. The number of instructions the replay executes does
+not move: this counts them with valgrind's cachegrind (``--cache-sim=no``: instructions only; Debian's
+``valgrind``), on exactly the replay ``bench_anchor_pai.py`` times beside the PAI trace's simulator (the first
+``--jobs`` out-of-sample PAI jobs, 1,000 arriving a minute, causal estimates, one node of ``--gpus`` GPUs,
+``first-fit``).
 
 For each side (``BASE`` in a temporary worktree, then this checkout) the same process runs twice under valgrind: with
 the replay and without it; the difference is the replay's own instructions (set-up, imports and reading the cached
