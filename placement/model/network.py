@@ -228,7 +228,7 @@ class NetworkTally:
         self._records.extend([(-1, False, False)] * (count - 1))
 
     def record_at(self, task_index: int, machine: int, added_cost: float) -> None:
-        """:meth:`record` for an instance of task ``task_index`` on ``machine``."""
+        """Book an instance of task ``task_index`` placed on ``machine``, at the cost :meth:`increment_at` gave it."""
         self.total += added_cost
         if self.n_ps:
             task = self.job.tasks[task_index]
