@@ -31,13 +31,20 @@ def _loop(table: pd.DataFrame, columns: tuple[str, ...], window: int, halflife: 
         values = earlier["duration_s"].to_numpy(dtype=float)[-window:]
         weights = 0.5 ** (np.arange(len(values))[::-1] / halflife)
         if len(values) == 0:
-            rows.append({"n": 0.0, "rwmed": np.nan, "rwlog": np.nan, "last": np.nan})
+            rows.append({"n": 0.0, "rwmed": np.nan, "rwlog": np.nan, "last": np.nan, "rwq25": np.nan,
+                         "rwq75": np.nan, "quick": np.nan})
             continue
         order = np.argsort(values, kind="stable")
         cumulative = np.cumsum(weights[order])
-        median = values[order][np.argmax(cumulative >= weights.sum() / 2)]
-        rows.append({"n": float(done.sum()), "rwmed": median,
-                     "rwlog": float(np.sum(weights * np.log1p(values)) / weights.sum()), "last": values[-1]})
+
+        def quantile(q: float, values: np.ndarray = values, order: np.ndarray = order,
+                     cumulative: np.ndarray = cumulative, total: float = weights.sum()) -> float:
+            return float(values[order][np.argmax(cumulative >= total * q)])
+
+        rows.append({"n": float(done.sum()), "rwmed": quantile(0.5),
+                     "rwlog": float(np.sum(weights * np.log1p(values)) / weights.sum()), "last": values[-1],
+                     "rwq25": quantile(0.25), "rwq75": quantile(0.75),
+                     "quick": float(np.sum(weights * (values < 60.0)) / weights.sum())})
     return pd.DataFrame(rows, index=table.index)
 
 

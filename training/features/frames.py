@@ -220,7 +220,7 @@ def residual_inputs(spec: TargetSpec) -> ResidualInputs:
     """
     keys, recent = list(spec.keys), [k for k, _ in spec.recent_keys]
     relative = [f"hist_{k}_{s}" for k in keys for s in ("median", "last")]
-    relative += [f"rec_{k}_{s}" for k in recent for s in ("rwmed", "last")]
+    relative += [f"rec_{k}_{s}" for k in recent for s in ("rwmed", "last", "rwq25", "rwq75")]
     relative += [f"act_{k}_elapsed_s" for k in spec.activity_keys] + ["baseline"]
     log_relative = [f"hist_{k}_mlog" for k in keys] + [f"rec_{k}_rwlog" for k in recent]
     return ResidualInputs(relative, log_relative, [f"hist_{k}_mean" for k in keys] + ["weekday"])

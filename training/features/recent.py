@@ -9,7 +9,11 @@ jobs of the key that **finished at or before t** (not censored), newest last:
 * ``rwmed``  - median of the window with weight 0.5 ** (rank / halflife), rank 0 for the newest;
 * ``rwlog``  - the same weights' mean of ln(1 + v);
 * ``sdlog``  - standard deviation of ln(1 + v) over the window (how noisy the key is);
-* ``last``   - v of the most recently finished job.
+* ``last``   - v of the most recently finished job;
+* ``rwq25``, ``rwq75`` - the same weights' lower and upper quartile (how far the key's runs spread, in
+  the target's unit);
+* ``quick``  - the same weights' share of values under ``QUICK_S`` (60; seconds, for a duration): how often
+  the key's runs lately ended at once (a crash at start-up, a sweep's trial cut short), which a median hides.
 
 It is computed with array operations, not a loop over jobs: finished jobs are sorted by (key, end
 time); a job's position among them is one ``searchsorted`` of (key, submit time); the window is a
@@ -27,7 +31,8 @@ import pandas as pd
 
 from training.features.history import key_tuples
 
-RECENT_STATS = ("n", "rwmed", "rwlog", "sdlog", "last")
+RECENT_STATS = ("n", "rwmed", "rwlog", "sdlog", "last", "rwq25", "rwq75", "quick")
+QUICK_S = 60.0
 Key = tuple[object, ...]
 
 
@@ -86,19 +91,25 @@ def window_stats(count: np.ndarray, values: np.ndarray, halflife: float) -> dict
         rwlog = (weight * logs).sum(axis=1) / total
         mean_log = logs.sum(axis=1) / present.sum(axis=1)
         sdlog = np.sqrt((np.where(present, logs - mean_log[:, None], 0.0) ** 2).sum(axis=1) / present.sum(axis=1))
-    return {"n": count.astype(float), "rwmed": _weighted_median(values, weight, total),
-            "rwlog": np.where(total > 0, rwlog, np.nan), "sdlog": np.where(total > 0, sdlog, np.nan),
-            "last": values[:, -1] if values.shape[1] else np.full(len(values), np.nan)}
-
-
-def _weighted_median(values: np.ndarray, weight: np.ndarray, total: np.ndarray) -> np.ndarray:
-    """The lower weighted median per row: the smallest value whose cumulative weight reaches half."""
-    order = np.argsort(np.where(np.isnan(values), np.inf, values), axis=1, kind="stable")
+        quick = (weight * (np.where(present, values, np.inf) < QUICK_S)).sum(axis=1) / total
+    order = np.argsort(np.where(present, values, np.inf), axis=1, kind="stable")
     sorted_values = np.take_along_axis(values, order, axis=1)
     cumulative = np.cumsum(np.take_along_axis(weight, order, axis=1), axis=1)
-    pick = np.argmax(cumulative >= total[:, None] / 2.0, axis=1)
-    found = sorted_values[np.arange(len(values)), pick] if values.shape[1] else np.full(len(values), np.nan)
-    return np.where(total > 0, found, np.nan)
+    return {"n": count.astype(float), "rwmed": _weighted_quantile(sorted_values, cumulative, total, 0.5),
+            "rwlog": np.where(total > 0, rwlog, np.nan), "sdlog": np.where(total > 0, sdlog, np.nan),
+            "last": values[:, -1] if values.shape[1] else np.full(len(values), np.nan),
+            "rwq25": _weighted_quantile(sorted_values, cumulative, total, 0.25),
+            "rwq75": _weighted_quantile(sorted_values, cumulative, total, 0.75),
+            "quick": np.where(total > 0, quick, np.nan)}
+
+
+def _weighted_quantile(sorted_values: np.ndarray, cumulative: np.ndarray, total: np.ndarray, q: float) -> np.ndarray:
+    """The lower weighted ``q``-quantile per row of values sorted ascending (NaN last) with their cumulative
+    weights: the smallest value whose cumulative weight reaches ``q`` of the total (``q`` = 0.5: the median)."""
+    if not sorted_values.shape[1]:
+        return np.full(len(sorted_values), np.nan)
+    pick = np.argmax(cumulative >= total[:, None] * q, axis=1)
+    return np.where(total > 0, sorted_values[np.arange(len(sorted_values)), pick], np.nan)
 
 
 def _windows(code: np.ndarray, submit: np.ndarray, end: np.ndarray, values: np.ndarray, usable: np.ndarray,
