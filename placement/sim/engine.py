@@ -173,8 +173,8 @@ class _State:
     changes: int = 0
     """Starts and ends so far (:func:`_account`): the free totals, and the snapshot on a discrete cluster, change
     with each and only then."""
-    free_asked: tuple[int, list[int], np.ndarray] = (-1, [], np.zeros((0, 1), dtype=np.int64))
-    """(``changes``, :func:`_free_asked` then, the same as a column for :func:`_covers`)."""
+    free_asked: tuple[int, tuple[list[int], np.ndarray]] = (-1, ([], np.zeros((0, 1), dtype=np.int64)))
+    """(``changes``, :func:`_free_asked` then)."""
     share_room: ShareRoom | None = None
     """The GPUs' room for the shares of jobs of many shares (``placement.sim.share_room``; none on a fluid
     cluster)."""
@@ -392,23 +392,22 @@ def _covers(state: _State, jobs: np.ndarray) -> np.ndarray:
     """Whether the free totals cover each of ``jobs`` (indices), on the totals some job asks for (a replay without
     memory demands never compares memory): the jobs' columns gathered in one call and compared at once. A pass
     asks this of a few hundred jobs thousands of times, so the number of numpy calls, not their size, is the cost."""
-    _free_asked(state)
-    return np.asarray((state.asked_totals.take(jobs, axis=1) <= state.free_asked[2]).all(axis=0))
+    return np.asarray((state.asked_totals.take(jobs, axis=1) <= _free_asked(state)[1]).all(axis=0))
 
 
 def _covers_one(state: _State, i: int) -> bool:
     """:func:`_covers` of the one job ``i``, in Python integers."""
-    return all(need <= free for need, free in zip(state.asked_rows[i], _free_asked(state), strict=True))
+    return all(need <= free for need, free in zip(state.asked_rows[i], _free_asked(state)[0], strict=True))
 
 
-def _free_asked(state: _State) -> list[int]:
-    """The free totals now, on the rows of ``totals`` some job asks for (``_State.asked``); kept while the snapshot
-    and the free totals stay (a pass asks after every job it offers)."""
+def _free_asked(state: _State) -> tuple[list[int], np.ndarray]:
+    """The free totals now, on the rows of ``totals`` some job asks for (``_State.asked``), as Python integers and as
+    a column; kept while no job starts or ends (a pass asks after every job it offers)."""
     if state.free_asked[0] != state.changes:
         on_gpus = not state.fluid and bool(state.asked) and state.asked[-1] >= len(state.free)
         every = [*state.free, _free_whole(state), state.free_whole[2]] if on_gpus else state.free
         free = [every[row] for row in state.asked]
-        state.free_asked = (state.changes, free, np.array(free, dtype=np.int64).reshape(-1, 1))
+        state.free_asked = (state.changes, (free, np.array(free, dtype=np.int64).reshape(-1, 1)))
     return state.free_asked[1]
 
 
